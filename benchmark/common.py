@@ -1,0 +1,69 @@
+"""What the benchmarks share: a database to run against (a URL, or an embedded
+PostgreSQL 16 started for the run with PostgreSQL's default settings), and reporting."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import platform
+import statistics
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psycopg
+
+from jobq.embedded import EmbeddedPostgres
+from jobq.migrate import migrate
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+
+
+@contextlib.contextmanager
+def database(url: str | None) -> Iterator[str]:
+    """``url`` as given, or a fresh embedded server (default settings: fsync on) for the run."""
+    if url:
+        yield url
+        return
+    with tempfile.TemporaryDirectory(prefix="jobq-bench-") as base:
+        server = EmbeddedPostgres(Path(base) / "pg", settings={"max_connections": "200"})
+        server.start()
+        try:
+            yield server.url()
+        finally:
+            server.delete()
+
+
+def migrated(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+
+
+def reset(url: str) -> None:
+    """Empty the jobq tables and reclaim their space."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE jobs, dead_letter_jobs, job_counters RESTART IDENTITY")
+        conn.execute("CHECKPOINT")
+
+
+def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -> dict[str, float]:
+    if not values:
+        return {f"p{int(p)}": float("nan") for p in points}
+    ordered = sorted(values)
+    cuts = statistics.quantiles(ordered, n=1000, method="inclusive") if len(ordered) > 1 else ordered * 999
+    return {f"p{int(p) if p == int(p) else p}": cuts[int(p * 10) - 1] for p in points}
+
+
+def environment() -> dict[str, str]:
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {platform.system()}",
+    }
+
+
+def emit(result: dict, as_json: bool) -> None:
+    if as_json:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")

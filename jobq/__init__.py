@@ -1,0 +1,71 @@
+"""jobq: a background job queue that runs entirely on PostgreSQL.
+
+    import jobq
+
+    @jobq.register("send_email", timeout=60)
+    def send_email(job):
+        ...
+        return {"delivered": True}
+
+    jobq.enqueue("send_email", {"to": "a@example.com"}, priority=8)
+
+Inside your own transaction, pass your connection: the job exists, and wakes a
+worker, only when you commit::
+
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO orders ...")
+        jobq.enqueue("send_receipt", {"order": 17}, conn=conn)
+"""
+
+from jobq.dead_letter import discard as discard_dead, get as get_dead, list_dead, replay
+from jobq.submit import enqueue, enqueue_many
+from jobq.errors import (
+    AlreadyReplayed,
+    BadPayload,
+    Conflict,
+    ConfigError,
+    DatabaseUnavailable,
+    DeadLetterNotFound,
+    InvalidArgument,
+    JobNotCancellable,
+    JobNotFound,
+    JobqError,
+    NotFound,
+    Overloaded,
+    UnknownJobType,
+)
+from jobq.handlers.registry import register
+from jobq.job import STATUSES, DeadLetter, Job
+from jobq.ledger import cancel, counts, get, list_jobs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STATUSES",
+    "AlreadyReplayed",
+    "BadPayload",
+    "ConfigError",
+    "Conflict",
+    "DatabaseUnavailable",
+    "DeadLetter",
+    "DeadLetterNotFound",
+    "InvalidArgument",
+    "Job",
+    "JobNotCancellable",
+    "JobNotFound",
+    "JobqError",
+    "NotFound",
+    "Overloaded",
+    "UnknownJobType",
+    "cancel",
+    "counts",
+    "discard_dead",
+    "enqueue",
+    "enqueue_many",
+    "get",
+    "get_dead",
+    "list_dead",
+    "list_jobs",
+    "register",
+    "replay",
+]

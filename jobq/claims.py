@@ -1,0 +1,203 @@
+"""The worker's side of the queue: claim, start, heartbeat, and fenced outcomes.
+
+Every write after the claim presents the lease the claim handed out; a write with a
+stale lease changes nothing and is reported back (and counted). Outcome writes take
+batches and release the advisory locks of the batch in the same statement.
+
+Each function sends its statement and returns a :class:`Deferred` whose ``result()``
+reads the answer. Called one after another they cost a round trip each; inside
+``conn.pipeline()`` a worker sends an outcome batch and its next claim together and
+then reads both, in one round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from jobq import queries
+from jobq.db import Connection
+from jobq.job import Job
+
+T = TypeVar("T")
+
+STALE_LEASE_COUNTER = "stale_lease_rejections_total"
+
+
+class Deferred(Generic[T]):
+    """The answer of a statement already sent; ``result()`` waits for it once."""
+
+    __slots__ = ("_read", "_value", "_done")
+
+    def __init__(self, read: Callable[[], T]) -> None:
+        self._read = read
+        self._done = False
+
+    def result(self) -> T:
+        if not self._done:
+            self._value = self._read()
+            self._done = True
+        return self._value
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job this worker claimed, and whether it also got the job's advisory lock."""
+
+    job: Job
+    locked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a worker must present to write an outcome: the job, its lease, and whether
+    this session holds its advisory lock (to be released by the write)."""
+
+    job_id: int
+    lease: int
+    held: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The outcome of a failed run: retried after ``delay`` seconds or dead-lettered."""
+
+    job_id: int
+    status: str  # 'pending' (retry scheduled) or 'dead'
+    attempt: int
+    run_at: datetime
+
+
+def claim(
+    conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int
+) -> Deferred[list[Claimed]]:
+    """Claim up to ``limit`` due jobs of ``queues``.
+
+    The jobs come back in claim order (priority, run_at, id), each with a new lease and,
+    if ``locked``, its advisory lock held by ``conn``'s session.
+    """
+    cur = conn.cursor()
+    cur.execute(
+        queries.JOB_CLAIM, {"queues": list(queues), "worker_id": worker_id, "limit": limit, "lock_base": lock_base}
+    )
+
+    def read() -> list[Claimed]:
+        claimed = [Claimed(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
+        claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
+        return claimed
+
+    return Deferred(read)
+
+
+def start(conn: Connection, jobs: Sequence[Held], elapsed: Sequence[float]) -> Deferred[set[int]]:
+    """claimed -> running for jobs that started ``elapsed`` seconds ago; the answer is
+    the ids whose lease no longer matched (not marked)."""
+    cur = conn.cursor()
+    ids = [held.job_id for held in jobs]
+    cur.execute(
+        queries.JOB_START_IF_LEASED,
+        {"ids": ids, "leases": [held.lease for held in jobs], "elapsed": list(elapsed)},
+    )
+    return Deferred(lambda: set(ids) - {row[0] for row in cur.fetchall()})
+
+
+def heartbeat(conn: Connection, jobs: Sequence[Held]) -> Deferred[set[int]]:
+    """Touch heartbeat_at of in-flight jobs; the answer is the ids no longer held."""
+    cur = conn.cursor()
+    ids = [held.job_id for held in jobs]
+    cur.execute(queries.JOB_HEARTBEAT_IF_LEASED, {"ids": ids, "leases": [held.lease for held in jobs]})
+    return Deferred(lambda: set(ids) - {row[0] for row in cur.fetchall()})
+
+
+def complete(
+    conn: Connection, jobs: Sequence[Held], results: Sequence[str], elapsed: Sequence[float], *, lock_base: int
+) -> Deferred[set[int]]:
+    """claimed|running -> done with each job's result (JSON text, see
+    :func:`jobq.spec.storable_json`); ``elapsed`` is how long each ran (its started_at
+    when the worker never wrote one). The answer is the ids whose write was rejected for
+    a stale lease."""
+    cur = conn.cursor()
+    cur.execute(
+        queries.JOB_COMPLETE_IF_LEASED,
+        {**_held_params(jobs, lock_base), "results": list(results), "elapsed": list(elapsed)},
+    )
+    return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
+
+
+def fail(
+    conn: Connection,
+    jobs: Sequence[Held],
+    errors: Sequence[str],
+    delays: Sequence[float],
+    elapsed: Sequence[float],
+    *,
+    max_retries: Sequence[int | None] | None = None,
+    lock_base: int,
+) -> Deferred[tuple[list[Failure], set[int]]]:
+    """Record failed runs: back to pending after ``delays`` (attempt + 1) while retries
+    remain, else dead and copied into dead_letter_jobs. Non-None ``max_retries`` replace
+    the row's limit. The answer: what happened to each recorded job, and the ids whose
+    write was rejected for a stale lease."""
+    cur = conn.cursor()
+    cur.execute(
+        queries.JOB_FAIL_IF_LEASED,
+        {
+            **_held_params(jobs, lock_base),
+            "errors": list(errors),
+            "delays": list(delays),
+            "elapsed": list(elapsed),
+            "max_retries": list(max_retries) if max_retries is not None else [None] * len(jobs),
+        },
+    )
+
+    def read() -> tuple[list[Failure], set[int]]:
+        recorded, rejected = [], set()
+        for job_id, status, attempt, run_at, _ in cur.fetchall():
+            if status is None:
+                rejected.add(job_id)
+            else:
+                recorded.append(Failure(job_id, status, attempt, run_at))
+        return recorded, rejected
+
+    return Deferred(read)
+
+
+def release(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> Deferred[set[int]]:
+    """claimed|running -> pending with no attempt counted; the answer is the ids whose
+    write was rejected for a stale lease."""
+    cur = conn.cursor()
+    cur.execute(queries.JOB_RELEASE_IF_LEASED, _held_params(jobs, lock_base))
+    return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
+
+
+def relock(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> set[int]:
+    """After a reconnect: take again the advisory locks of jobs still held under their
+    leases. Returns the ids that are lost (lease gone or lock held elsewhere)."""
+    rows = conn.execute(
+        queries.JOB_RELOCK_IF_LEASED,
+        {"ids": [h.job_id for h in jobs], "leases": [h.lease for h in jobs], "lock_base": lock_base},
+    ).fetchall()
+    return {job_id for job_id, locked in rows if not locked}
+
+
+def next_run_in(conn: Connection, queues: Sequence[str]) -> float | None:
+    """Seconds until the earliest pending job of ``queues`` is due (<= 0: due now);
+    None when none is pending."""
+    row = conn.execute(queries.JOB_NEXT_RUN_AT, {"queues": list(queues)}).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def count_event(conn: Connection, queue: str, name: str, n: int = 1) -> None:
+    """Add ``n`` to an event counter (reclaims, timeouts, stale-lease rejections)."""
+    conn.execute(queries.COUNTER_ADD, {"queue": queue, "name": name, "n": n})
+
+
+def _held_params(jobs: Sequence[Held], lock_base: int) -> dict[str, Any]:
+    return {
+        "ids": [held.job_id for held in jobs],
+        "leases": [held.lease for held in jobs],
+        "held": [held.held for held in jobs],
+        "lock_base": lock_base,
+    }

@@ -1,0 +1,81 @@
+"""The ``jobq`` command line (also ``python -m jobq``).
+
+Errors jobq raises on purpose print one line, ``jobq: <message>``, and exit 1;
+click's usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from jobq import db, logs
+from jobq.errors import DatabaseUnavailable, JobqError
+from jobq.migrate import migrate as apply_migrations, required_version
+from jobq.settings import Settings
+
+EXIT_ERROR = 1
+
+
+def fail(message: str) -> None:
+    click.echo(f"jobq: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+class Group(click.Group):
+    """Turns JobqError from any command into one line and exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except JobqError as exc:
+            fail(str(exc))
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="jobq")
+def main() -> None:
+    """jobq: a job queue that runs entirely on PostgreSQL."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment; configures logging as a side effect."""
+    settings = Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    logs.configure(log_format=settings.log_format, level=settings.log_level)
+    return settings
+
+
+def wait_for(action: Callable[[], Any], *, seconds: float, what: str) -> Any:
+    """Run ``action`` until the database answers or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    delay = 0.2
+    while True:
+        try:
+            return action()
+        except DatabaseUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise DatabaseUnavailable(f"{what}: {exc} (gave up after {seconds:g} s)") from exc
+            click.echo(f"jobq: {exc}; retrying in {delay:.1f} s", err=True)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+@main.command()
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds to wait for the database to accept connections.")
+def migrate(wait_seconds: float) -> None:
+    """Apply the schema migrations this version of jobq ships (safe to run twice)."""
+    settings = load_settings()
+    url = settings.require_database_url()
+    conn = wait_for(lambda: db.connect(url), seconds=wait_seconds, what="migrate")
+    with conn, db.database_errors():
+        applied = apply_migrations(conn, namespace=settings.advisory_namespace)
+    if applied:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
+        click.echo(f"jobq: applied {len(applied)} migration(s): {names}; schema at version {applied[-1].version}")
+    else:
+        click.echo(f"jobq: schema already at version {required_version()}, nothing to do")

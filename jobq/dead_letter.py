@@ -1,0 +1,64 @@
+"""The dead-letter table: jobs that ran out of retries, kept until replayed or discarded."""
+
+from __future__ import annotations
+
+from psycopg import sql
+from psycopg.rows import class_row
+
+from jobq import queries
+from jobq.db import Connection, connection
+from jobq.errors import AlreadyReplayed, DeadLetterNotFound
+from jobq.job import DeadLetter, Job
+from jobq.ledger import DEFAULT_LIMIT, Page, check_id, check_page
+
+
+def get(dead_letter_id: int, *, conn: Connection | None = None) -> DeadLetter:
+    """One dead-letter row. Raises :class:`DeadLetterNotFound`."""
+    check_id(dead_letter_id)
+    with connection(conn) as c, c.cursor(row_factory=class_row(DeadLetter)) as cur:
+        row = cur.execute(queries.DEAD_LETTER_GET, {"id": dead_letter_id}).fetchone()
+    if row is None:
+        raise DeadLetterNotFound(dead_letter_id)
+    return row
+
+
+def list_dead(
+    *, type: str | None = None, limit: int = DEFAULT_LIMIT, offset: int = 0, conn: Connection | None = None
+) -> Page[DeadLetter]:
+    """Dead-letter rows, newest first, optionally of one type."""
+    check_page(limit, offset)
+    where = sql.SQL(" WHERE type = %(type)s") if type is not None else sql.SQL("")
+    params = {"type": type, "limit": limit, "offset": offset}
+    with connection(conn) as c:
+        with c.cursor(row_factory=class_row(DeadLetter)) as cur:
+            query = sql.SQL(queries.DEAD_LETTER_LIST_SELECT) + where + sql.SQL(queries.DEAD_LETTER_LIST_ORDER)
+            items = cur.execute(query, params).fetchall()
+        total = c.execute(sql.SQL(queries.DEAD_LETTER_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
+    return Page(items, int(total), limit, offset)
+
+
+def replay(dead_letter_id: int, *, conn: Connection | None = None) -> Job:
+    """Enqueue a new pending job from a dead one (same type, queue, payload, priority
+    and retries) and record it on the dead-letter row.
+
+    Raises :class:`DeadLetterNotFound`, or :class:`AlreadyReplayed` the second time.
+    """
+    check_id(dead_letter_id)
+    with connection(conn) as c:
+        with c.cursor(row_factory=class_row(Job)) as cur:
+            job = cur.execute(queries.DEAD_LETTER_REPLAY_IF_NOT_REPLAYED, {"id": dead_letter_id}).fetchone()
+        if job is not None:
+            return job
+        row = c.execute(queries.DEAD_LETTER_GET_REPLAYED_AS, {"id": dead_letter_id}).fetchone()
+    if row is None:
+        raise DeadLetterNotFound(dead_letter_id)
+    raise AlreadyReplayed(dead_letter_id, row[1])
+
+
+def discard(dead_letter_id: int, *, conn: Connection | None = None) -> None:
+    """Delete a dead-letter row for good. Raises :class:`DeadLetterNotFound`."""
+    check_id(dead_letter_id)
+    with connection(conn) as c:
+        deleted = c.execute(queries.DEAD_LETTER_DELETE, {"id": dead_letter_id}).fetchone()
+    if deleted is None:
+        raise DeadLetterNotFound(dead_letter_id)

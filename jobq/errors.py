@@ -1,0 +1,113 @@
+"""The jobq error hierarchy.
+
+Library functions raise these and nothing else for the failures a caller can act
+on. The web layer turns each class into one HTTP status with a JSON body; the CLI
+turns each into a one-line message and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+
+class JobqError(Exception):
+    """Base class of every error jobq raises on purpose."""
+
+
+class InvalidArgument(JobqError, ValueError):
+    """An argument is out of its documented domain. ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class ConfigError(JobqError):
+    """A configuration variable has a bad value. ``variable`` names it."""
+
+    def __init__(self, variable: str, message: str) -> None:
+        super().__init__(f"{variable}: {message}")
+        self.variable = variable
+        self.message = message
+
+
+class NotFound(JobqError, LookupError):
+    """The job or dead-letter row does not exist."""
+
+
+class JobNotFound(NotFound):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class DeadLetterNotFound(NotFound):
+    def __init__(self, dead_letter_id: int) -> None:
+        super().__init__(f"dead-letter entry {dead_letter_id} not found")
+        self.dead_letter_id = dead_letter_id
+
+
+class Conflict(JobqError):
+    """The row exists but its state forbids the operation."""
+
+
+class JobNotCancellable(Conflict):
+    def __init__(self, job_id: int, status: str) -> None:
+        super().__init__(f"job {job_id} is {status}; only pending jobs can be cancelled")
+        self.job_id = job_id
+        self.status = status
+
+
+class AlreadyReplayed(Conflict):
+    def __init__(self, dead_letter_id: int, replayed_as: int | None) -> None:
+        super().__init__(f"dead-letter entry {dead_letter_id} was already replayed as job {replayed_as}")
+        self.dead_letter_id = dead_letter_id
+        self.replayed_as = replayed_as
+
+
+class Overloaded(JobqError):
+    """Admission control: too many pending jobs to accept more right now."""
+
+    def __init__(self, pending: int, limit: int) -> None:
+        super().__init__(f"{pending} jobs are pending, above the limit of {limit}; retry later")
+        self.pending = pending
+        self.limit = limit
+
+
+class UnknownJobType(JobqError, LookupError):
+    """No handler is registered for a job's type."""
+
+    def __init__(self, job_type: str) -> None:
+        super().__init__(f"no handler registered for job type {job_type!r}")
+        self.job_type = job_type
+
+
+class BadPayload(JobqError, ValueError):
+    """Raised by a handler whose job's payload cannot be processed: the run fails with
+    this message (no traceback), and is retried by policy like any failure."""
+
+
+class DatabaseUnavailable(JobqError):
+    """PostgreSQL could not be reached or dropped the connection."""
+
+
+class SchemaError(JobqError):
+    """The database schema does not match what this code needs."""
+
+
+class SchemaTooOld(SchemaError):
+    def __init__(self, applied: int, required: int) -> None:
+        super().__init__(
+            f"database schema is at version {applied}, this jobq needs {required}: run `jobq migrate`"
+        )
+        self.applied = applied
+        self.required = required
+
+
+class SchemaTooNew(SchemaError):
+    def __init__(self, applied: int, known: int) -> None:
+        super().__init__(
+            f"database schema is at version {applied}, newer than this jobq knows ({known}): "
+            "deploy the newer code before migrating"
+        )
+        self.applied = applied
+        self.known = known

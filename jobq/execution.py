@@ -1,0 +1,57 @@
+"""Running one job's handler: the one place where handler exceptions are caught."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+
+from jobq.errors import BadPayload, UnknownJobType
+from jobq.handlers.registry import lookup
+from jobq.job import Job
+from jobq.spec import storable_json
+
+MAX_ERROR_LENGTH = 16_000  # characters of traceback kept in the row: the end, where the cause is
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a run produced: JSON text of the result, or an error message; and how long
+    the handler ran."""
+
+    result_json: str | None
+    error: str | None
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run(job: Job) -> RunResult:
+    """Call the handler of ``job.type`` with ``job`` and capture what happened.
+
+    Never raises for anything the handler does (except BaseExceptions such as
+    KeyboardInterrupt and SystemExit, which must stop the worker). An unknown type or a
+    result that is not storable JSON is a failed run like any other.
+    """
+    started = time.monotonic()
+    try:
+        handler = lookup(job.type)
+        value = handler.func(job)
+        try:
+            result_json = storable_json(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"handler {job.type!r} returned a result that is not storable JSON: {exc}") from None
+        return RunResult(result_json, None, time.monotonic() - started)
+    except (UnknownJobType, BadPayload) as exc:
+        return RunResult(None, str(exc), time.monotonic() - started)
+    except Exception:
+        return RunResult(None, _clip(traceback.format_exc()), time.monotonic() - started)
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    if len(text) <= MAX_ERROR_LENGTH:
+        return text
+    return "...\n" + text[-MAX_ERROR_LENGTH:]

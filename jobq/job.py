@@ -1,0 +1,99 @@
+"""The rows jobq hands out: :class:`Job` and :class:`DeadLetter`.
+
+Both are snapshots of one row, built by psycopg's ``class_row`` from queries
+that select exactly their fields. ``job["payload"]`` works like ``job.payload``, for
+handlers written against the seed's dict-shaped jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timezone
+from typing import Any
+
+STATUSES = ("pending", "claimed", "running", "done", "failed", "dead")
+
+
+class _Row:
+    """Mapping-style read access and a JSON-ready dict, shared by both row types."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.__dataclass_fields__:  # type: ignore[attr-defined]
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field; timestamps as ISO-8601 strings in UTC."""
+        return {
+            field.name: _json_value(getattr(self, field.name))
+            for field in dataclasses.fields(self)  # type: ignore[arg-type]
+            if not field.metadata.get("private")
+        }
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).isoformat()
+    return value
+
+
+@dataclasses.dataclass(slots=True)
+class Job(_Row):
+    """A snapshot of one row of ``jobs`` (changing it changes nothing in the database).
+    ``attempt`` is the 0-based index of the current run."""
+
+    id: int
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    status: str
+    priority: int
+    attempt: int
+    max_retries: int
+    run_at: datetime
+    claimed_at: datetime | None
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    completed_at: datetime | None
+    created_at: datetime
+    result: Any
+    error: str | None
+    errors: list[dict[str, Any]]
+    worker_id: str | None
+    # The fencing token of the current claim: the worker's proof, never shown by the API.
+    lease: int | None = dataclasses.field(default=None, metadata={"private": True})
+    idempotency_key: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class DeadLetter(_Row):
+    """A snapshot of one row of ``dead_letter_jobs``: a job that ran out of retries."""
+
+    id: int
+    original_id: int
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    priority: int
+    max_retries: int
+    error: str | None
+    attempts: int
+    errors: list[dict[str, Any]]
+    worker_id: str | None
+    died_at: datetime
+    replayed_at: datetime | None
+    replayed_as: int | None
+
+
+def column_list(row_type: type, alias: str = "") -> str:
+    """``id, type, ...`` for a SELECT or RETURNING that builds ``row_type``."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + field.name for field in dataclasses.fields(row_type))

@@ -1,0 +1,149 @@
+"""Reading the ledger and cancelling: ``get``, ``list_jobs``, ``cancel``, ``counts``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Generic, TypeVar
+
+from psycopg import sql
+from psycopg.rows import class_row
+
+from jobq import queries
+from jobq.db import Connection, connection
+from jobq.errors import InvalidArgument, JobNotCancellable, JobNotFound
+from jobq.job import STATUSES, Job
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+MAX_ID = 2**63 - 1
+
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[Row]):
+    """One page of a listing and the number of rows matching its filters."""
+
+    items: list[Row]
+    total: int
+    limit: int
+    offset: int
+
+
+def get(job_id: int, *, conn: Connection | None = None) -> Job:
+    """The job with this id. Raises :class:`JobNotFound`."""
+    check_id(job_id)
+    with connection(conn) as c, c.cursor(row_factory=class_row(Job)) as cur:
+        job = cur.execute(queries.JOB_GET, {"id": job_id}).fetchone()
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def list_jobs(
+    *,
+    status: str | None = None,
+    type: str | None = None,
+    queue: str | None = None,
+    created_after: datetime | None = None,
+    limit: int = DEFAULT_LIMIT,
+    offset: int = 0,
+    conn: Connection | None = None,
+) -> Page[Job]:
+    """Jobs newest first (created_at, then id), filtered, one page at a time.
+
+    ``created_after`` is strict. ``status`` may be any of the six statuses. Raises
+    :class:`InvalidArgument` naming a bad filter, limit (1-500) or offset (>= 0).
+    """
+    if status is not None and status not in STATUSES:
+        raise InvalidArgument("status", f"must be one of {', '.join(STATUSES)}")
+    check_page(limit, offset)
+    if created_after is not None and created_after.tzinfo is None:
+        created_after = created_after.replace(tzinfo=timezone.utc)
+    filters = {"status": status, "type": type, "queue": queue, "created_after": created_after}
+    where = _where(filters)
+    with connection(conn) as c:
+        with c.cursor(row_factory=class_row(Job)) as cur:
+            query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
+            items = cur.execute(query, {**filters, "limit": limit, "offset": offset}).fetchall()
+        if type is None and created_after is None:
+            total = _total_from_counters(c, status=status, queue=queue)
+        else:
+            total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, filters).fetchone()[0]  # type: ignore[index]
+    return Page(items, int(total), limit, offset)
+
+
+def cancel(job_id: int, *, conn: Connection | None = None) -> None:
+    """Delete a pending job. Raises :class:`JobNotFound`, or :class:`JobNotCancellable`
+    when the job is claimed, running or finished."""
+    check_id(job_id)
+    with connection(conn) as c:
+        if c.execute(queries.JOB_DELETE_IF_PENDING, {"id": job_id}).fetchone() is not None:
+            return
+        row = c.execute(queries.JOB_GET_STATUS, {"id": job_id}).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    raise JobNotCancellable(job_id, row[0])
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Exact depth per status and monotonic totals, overall and per queue."""
+
+    depth: dict[str, int]
+    totals: dict[str, int]
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def counts(*, conn: Connection | None = None) -> Counts:
+    """Depth per status (all six, zeros included) and totals, from the counters table."""
+    per_queue: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
+    depth = dict.fromkeys(STATUSES, 0)
+    totals: dict[str, int] = defaultdict(int)
+    with connection(conn) as c:
+        rows = c.execute(queries.COUNTERS_GET).fetchall()
+    for queue, name, n in rows:
+        per_queue[queue][name] = int(n)
+        if name in depth:
+            depth[name] += int(n)
+        else:
+            totals[name] += int(n)
+    return Counts(depth, dict(totals), dict(per_queue))
+
+
+def check_id(value: Any, field_name: str = "id") -> None:
+    """Raise InvalidArgument unless ``value`` is a positive 64-bit integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
+        raise InvalidArgument(field_name, "must be a positive 64-bit integer")
+
+
+def check_page(limit: Any, offset: Any) -> None:
+    """Raise InvalidArgument unless 1 <= limit <= 500 and 0 <= offset < 2**63."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_LIMIT}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_ID:
+        raise InvalidArgument("offset", "must be a non-negative integer")
+
+
+_FILTERS = {
+    "status": "status = %(status)s",
+    "type": "type = %(type)s",
+    "queue": "queue = %(queue)s",
+    "created_after": "created_at > %(created_after)s",
+}
+
+
+def _where(filters: dict[str, Any]) -> sql.Composable:
+    clauses = [sql.SQL(_FILTERS[name]) for name, value in filters.items() if value is not None]
+    if not clauses:
+        return sql.SQL("")
+    return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
+
+
+def _total_from_counters(conn: Connection, *, status: str | None, queue: str | None) -> int:
+    per_queue = counts(conn=conn).queues
+    chosen = [per_queue.get(queue, {})] if queue is not None else list(per_queue.values())
+    names = [status] if status is not None else list(STATUSES)
+    return sum(depths.get(name, 0) for depths in chosen for name in names)

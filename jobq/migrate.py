@@ -1,0 +1,106 @@
+"""Schema migrations: numbered SQL files shipped in ``jobq/migrations``.
+
+``migrate`` applies the files the database has not seen, in order, each in its own
+transaction, under a reserved advisory lock, and records them in
+``jobq_migrations``; two at once apply each file once, and a second run does
+nothing. It refuses a database whose schema is newer than this code. Running
+processes only call :func:`check_schema`, which accepts any schema at least as new
+as the code needs (migrations only add), so a rolling deploy can migrate first.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+from jobq import locks
+from jobq.db import Connection
+from jobq.errors import SchemaTooNew, SchemaTooOld
+
+log = logging.getLogger(__name__)
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+MIGRATIONS_TABLE_CREATE = (
+    "CREATE TABLE IF NOT EXISTS jobq_migrations ("
+    "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+)
+MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('jobq_migrations') IS NOT NULL"
+MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
+MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(version)s, %(name)s)"
+MIGRATION_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+MIGRATION_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str = field(repr=False)
+
+
+def available() -> list[Migration]:
+    """The migrations shipped with this code, in order."""
+    found = []
+    for entry in resources.files("jobq.migrations").iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration files must be numbered 1..n without gaps, found {versions}")
+    return found
+
+
+def required_version() -> int:
+    """The schema version this code needs: its newest migration."""
+    return available()[-1].version
+
+
+def applied_version(conn: Connection) -> int:
+    """The newest migration recorded in the database (0 for an empty database)."""
+    (exists,) = conn.execute(MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    if not exists:
+        return 0
+    return int(conn.execute(MIGRATION_VERSION_GET).fetchone()[0])  # type: ignore[index]
+
+
+def check_schema(conn: Connection) -> int:
+    """Raise :class:`SchemaTooOld` unless the database has at least the schema this code
+    needs; return the applied version (newer is fine)."""
+    applied = applied_version(conn)
+    needed = required_version()
+    if applied < needed:
+        raise SchemaTooOld(applied, needed)
+    return applied
+
+
+def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
+    """Apply what is missing and return it. ``conn`` must be in autocommit mode.
+
+    Raises :class:`SchemaTooNew` when the database has migrations this code does not
+    know. Blocks while another ``migrate`` holds the lock, then finds its work done.
+    """
+    if not conn.autocommit:
+        raise ValueError("migrate needs an autocommit connection: each file is its own transaction")
+    key = locks.key(namespace, locks.MIGRATIONS)
+    known = available()
+    conn.execute(MIGRATION_LOCK, {"key": key})
+    try:
+        conn.execute(MIGRATIONS_TABLE_CREATE)
+        applied = applied_version(conn)
+        if applied > known[-1].version:
+            raise SchemaTooNew(applied, known[-1].version)
+        done = []
+        for migration in known[applied:]:
+            with conn.transaction():
+                conn.execute(migration.sql)
+                conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+            log.info("migration applied version=%s name=%s", migration.version, migration.name)
+            done.append(migration)
+        return done
+    finally:
+        conn.execute(MIGRATION_UNLOCK, {"key": key})

@@ -1,0 +1,251 @@
+"""Every statement that reads or moves a job, as named constants.
+
+Names are Entity + Verb + Qualifier; a write says in its name what it is guarded by.
+Each constant has a comment on the lock it takes, the index it uses and its guard.
+Values always travel as placeholders. The advisory key of job ``id`` is
+``%(lock_base)s | id`` where ``lock_base`` is the namespace shifted into the high
+16 bits (see :mod:`jobq.locks`).
+
+Only the modules of the queue (:mod:`jobq.submit`, :mod:`jobq.ledger`,
+:mod:`jobq.claims`, :mod:`jobq.dead_letter`, ...) execute these; everything else calls
+those modules.
+"""
+
+from __future__ import annotations
+
+# Exactly the fields of jobq.job.Job, in order (a unit test holds the two together).
+JOB_COLUMNS = (
+    "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
+    "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
+    "lease, idempotency_key"
+)
+DEAD_LETTER_COLUMNS = (
+    "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
+    "worker_id, died_at, replayed_at, replayed_as"
+)
+
+# ---------------------------------------------------------------------------------------
+# Enqueue
+
+# JOB_INSERT: one row; ON CONFLICT leaves an existing idempotency key's job alone
+# (jobs_idempotency_key_idx) and returns nothing, so the caller reads that job instead.
+JOB_INSERT = (
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key) "
+    "VALUES (%(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(max_retries)s, "
+    "coalesce(%(run_at)s, now()), %(idempotency_key)s) "
+    "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
+    "RETURNING " + JOB_COLUMNS
+)
+
+# JOB_IDS_RESERVE: the transaction's timestamp (now(), what the column defaults use)
+# and n ids from the identity sequence, so that the rows can then go in by COPY.
+JOB_IDS_RESERVE = (
+    "SELECT now(), array(SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, %(n)s))"
+)
+
+# JOB_COPY: many rows without idempotency keys, with the reserved ids; the statement-
+# level trigger counts them and sends one wake-up per queue.
+JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at) FROM STDIN"
+
+# JOB_INSERT_MANY: many rows, some with idempotency keys, from parallel arrays in one
+# statement; returns what the caller cannot know (id, run_at and created_at defaults).
+# Same idempotency rule as JOB_INSERT.
+JOB_INSERT_MANY = (
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key) "
+    "SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key "
+    "FROM unnest(%(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
+    "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[], "
+    "%(idempotency_keys)s::text[]) "
+    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key) "
+    "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
+    "RETURNING id, idempotency_key, run_at, created_at"
+)
+
+# JOB_GET_BY_IDEMPOTENCY_KEYS: the jobs holding some keys (jobs_idempotency_key_idx).
+JOB_GET_BY_IDEMPOTENCY_KEYS = (
+    "SELECT " + JOB_COLUMNS + " FROM jobs WHERE idempotency_key = ANY(%(keys)s::text[])"
+)
+
+# ---------------------------------------------------------------------------------------
+# Reading the ledger
+
+# JOB_GET: one row by primary key, no lock.
+JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
+
+# JOB_LIST: the SELECT and FROM of a listing; jobq.ledger adds the filters (with
+# psycopg.sql) and orders newest first (jobs_created_idx / jobs_status_created_idx /
+# jobs_type_created_idx).
+JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
+JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
+JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+
+# JOB_DELETE_IF_PENDING: cancel; guarded by status so a claimed job is never deleted
+# under its worker (the row lock makes a concurrent claim wait, then skip it).
+JOB_DELETE_IF_PENDING = "DELETE FROM jobs WHERE id = %(id)s AND status = 'pending' RETURNING id"
+
+# JOB_GET_STATUS: why a cancel did not delete (absent, or in which status).
+JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
+
+# COUNTERS_GET: exact depth per (queue, status) and monotonic totals, summed over the
+# per-session slots of job_counters (a table of a few hundred rows, no jobs scan).
+COUNTERS_GET = "SELECT queue, name, sum(n)::bigint FROM job_counters GROUP BY queue, name"
+
+# COUNTERS_GET_PENDING: the admission-control check; same table.
+COUNTERS_GET_PENDING = "SELECT coalesce(sum(n), 0)::bigint FROM job_counters WHERE name = 'pending'"
+
+# COUNTER_ADD: an event that changes no job row (a reclaim, a timeout, a rejected
+# stale write), added to this session's slot.
+COUNTER_ADD = (
+    "INSERT INTO job_counters AS c (queue, name, slot, n) "
+    "VALUES (%(queue)s, %(name)s, pg_backend_pid() %% 16, %(n)s) "
+    "ON CONFLICT (queue, name, slot) DO UPDATE SET n = c.n + excluded.n"
+)
+
+# JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
+# idle worker sleeps until then and not a whole poll interval; one index probe per queue
+# (jobs_pending_run_at_idx). NULL when nothing is pending.
+JOB_NEXT_RUN_AT = (
+    "SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
+    "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue ORDER BY run_at LIMIT 1) AS next"
+)
+
+# ---------------------------------------------------------------------------------------
+# Claiming and outcomes (the worker's side)
+
+# JOB_CLAIM: pending -> claimed for up to %(limit)s due jobs of some queues, each with a
+# new lease. Per queue, an index range scan of jobs_pending_claim_idx in claim order that
+# stops at the limit and skips row-locked rows (SKIP LOCKED) instead of waiting; the
+# queues' candidates are merged in claim order. The advisory lock is taken in
+# RETURNING, so only on the rows actually returned; the row locks of candidates left
+# over end with the statement.
+JOB_CLAIM = (
+    "WITH due AS (SELECT c.id FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "SELECT id, priority, run_at FROM jobs "
+    "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
+    "ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
+    "ORDER BY c.priority DESC, c.run_at, c.id LIMIT %(limit)s) "
+    "UPDATE jobs AS j SET status = 'claimed', claimed_at = now(), heartbeat_at = now(), "
+    "started_at = NULL, worker_id = %(worker_id)s, lease = nextval('jobs_lease_seq') "
+    "FROM due WHERE j.id = due.id "
+    "RETURNING " + ", ".join("j." + c.strip() for c in JOB_COLUMNS.split(",")) + ", "
+    "pg_try_advisory_lock(%(lock_base)s | j.id)"
+)
+
+# JOB_START_IF_LEASED: claimed -> running, guarded by lease and status; started_at is
+# the database's now() less the time the worker has already been running it.
+JOB_START_IF_LEASED = (
+    "UPDATE jobs AS j SET status = 'running', heartbeat_at = now(), "
+    "started_at = now() - make_interval(secs => s.elapsed) "
+    "FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(elapsed)s::float8[]) AS s(id, lease, elapsed) "
+    "WHERE j.id = s.id AND j.lease = s.lease AND j.status = 'claimed' "
+    "RETURNING j.id"
+)
+
+# JOB_HEARTBEAT_IF_LEASED: touch heartbeat_at of in-flight rows still held under the
+# given leases (primary key); the ids not returned were taken away.
+JOB_HEARTBEAT_IF_LEASED = (
+    "UPDATE jobs AS j SET heartbeat_at = now() "
+    "FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS s(id, lease) "
+    "WHERE j.id = s.id AND j.lease = s.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id"
+)
+
+# JOB_COMPLETE_IF_LEASED: claimed|running -> done, guarded by lease and status, for a
+# batch of outcomes; releases the advisory locks of the batch in the same statement.
+# Returns each id with whether its write was recorded (false: a stale lease).
+JOB_COMPLETE_IF_LEASED = (
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(results)s::jsonb[], "
+    "%(elapsed)s::float8[], %(held)s::bool[]) AS o(id, lease, result, elapsed, held)), "
+    "done AS (UPDATE jobs AS j SET status = 'done', result = o.result, error = NULL, "
+    "completed_at = now(), heartbeat_at = now(), "
+    "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)) "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id) "
+    "SELECT o.id, done.id IS NOT NULL, "
+    "CASE WHEN o.held THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "FROM o LEFT JOIN done ON done.id = o.id"
+)
+
+# JOB_FAIL_IF_LEASED: claimed|running -> pending (attempt + 1, run_at pushed by the
+# given delay) while attempt < max_retries, else -> dead with its copy inserted into
+# dead_letter_jobs by the same statement (unique on original_id: never twice). Guarded
+# by lease and status; releases the advisory locks of the batch. ``max_retries`` entries
+# that are not NULL override the row's (a handler's own limit).
+JOB_FAIL_IF_LEASED = (
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(errors)s::text[], "
+    "%(delays)s::float8[], %(max_retries)s::int[], %(elapsed)s::float8[], %(held)s::bool[]) "
+    "AS o(id, lease, error, delay, max_retries, elapsed, held)), "
+    "failed AS (UPDATE jobs AS j SET "
+    "status = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN 'pending' ELSE 'dead' END, "
+    "attempt = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN j.attempt + 1 ELSE j.attempt END, "
+    "run_at = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) "
+    "THEN now() + make_interval(secs => o.delay) ELSE j.run_at END, "
+    "completed_at = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN NULL ELSE now() END, "
+    "error = o.error, heartbeat_at = now(), "
+    "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)), "
+    "errors = j.errors || jsonb_build_array(jsonb_build_object("
+    "'attempt', j.attempt, 'error', o.error, 'worker_id', j.worker_id, 'at', now())) "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id, j.type, j.queue, j.payload, j.priority, j.max_retries, j.error, j.attempt, "
+    "j.errors, j.worker_id, j.status, j.run_at), "
+    "dead AS (INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, "
+    "error, attempts, errors, worker_id) "
+    "SELECT id, type, queue, payload, priority, max_retries, error, attempt + 1, errors, worker_id "
+    "FROM failed WHERE status = 'dead' RETURNING original_id) "
+    "SELECT o.id, failed.status, failed.attempt, failed.run_at, "
+    "CASE WHEN o.held THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "FROM o LEFT JOIN failed ON failed.id = o.id"
+)
+
+# JOB_RELEASE_IF_LEASED: claimed|running -> pending with no attempt counted (a claimed
+# job the worker gives back, a running job returned at shutdown), guarded by lease
+# and status; releases the advisory locks of the batch.
+JOB_RELEASE_IF_LEASED = (
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(held)s::bool[]) "
+    "AS o(id, lease, held)), "
+    "released AS (UPDATE jobs AS j SET status = 'pending', started_at = NULL "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id) "
+    "SELECT o.id, released.id IS NOT NULL, "
+    "CASE WHEN o.held THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "FROM o LEFT JOIN released ON released.id = o.id"
+)
+
+# JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this
+# worker still holds under its leases; false where the lock or the lease is gone.
+JOB_RELOCK_IF_LEASED = (
+    "SELECT s.id, j.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
+    "FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS s(id, lease) "
+    "LEFT JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status IN ('claimed', 'running')"
+)
+
+# ---------------------------------------------------------------------------------------
+# Dead letters
+
+# DEAD_LETTER_GET: one row by primary key.
+DEAD_LETTER_GET = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs WHERE id = %(id)s"
+
+# DEAD_LETTER_LIST: newest first (dead_letter_jobs_died_idx, or _type_died_idx with a
+# type filter); jobq.dead_letter adds the filter.
+DEAD_LETTER_LIST_SELECT = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs"
+DEAD_LETTER_LIST_COUNT = "SELECT count(*) FROM dead_letter_jobs"
+DEAD_LETTER_LIST_ORDER = " ORDER BY died_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+
+# DEAD_LETTER_REPLAY_IF_NOT_REPLAYED: a new pending job from a dead-letter row, recorded
+# on that row, in one statement; the row lock (FOR UPDATE) and the replayed_at guard
+# make a second replay find nothing.
+DEAD_LETTER_REPLAY_IF_NOT_REPLAYED = (
+    "WITH dl AS (SELECT * FROM dead_letter_jobs WHERE id = %(id)s AND replayed_at IS NULL FOR UPDATE), "
+    "job AS (INSERT INTO jobs (type, queue, payload, priority, max_retries) "
+    "SELECT type, queue, payload, priority, max_retries FROM dl RETURNING " + JOB_COLUMNS + "), "
+    "mark AS (UPDATE dead_letter_jobs AS d SET replayed_at = now(), replayed_as = job.id "
+    "FROM job WHERE d.id = %(id)s) "
+    "SELECT " + JOB_COLUMNS + " FROM job"
+)
+
+# DEAD_LETTER_GET_REPLAYED_AS: why a replay found nothing (absent, or replayed as which job).
+DEAD_LETTER_GET_REPLAYED_AS = "SELECT replayed_at IS NOT NULL, replayed_as FROM dead_letter_jobs WHERE id = %(id)s"
+
+# DEAD_LETTER_DELETE: discard one dead-letter row for good.
+DEAD_LETTER_DELETE = "DELETE FROM dead_letter_jobs WHERE id = %(id)s RETURNING id"

@@ -1,0 +1,142 @@
+"""Configuration: read once from the environment, validated, frozen, passed down.
+
+Every variable has the ``JOBQ_`` prefix except the platform ones (``DATABASE_URL``,
+``PORT``, ``WEB_CONCURRENCY``). Durations are seconds. A bad value raises
+:class:`jobq.errors.ConfigError` naming the variable; ``jobq`` commands print it
+and exit non-zero before starting anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from jobq.errors import ConfigError
+
+ENV_PREFIX = "JOBQ_"
+
+DEFAULT_ADVISORY_NAMESPACE = 0x6A71  # "jq": the high 16 bits of every jobq advisory lock key
+DEFAULT_BACKOFF_BASE = 5.0
+DEFAULT_BACKOFF_CAP = 3600.0
+DEFAULT_BACKOFF_JITTER = 0.10
+DEFAULT_QUEUES = ("default",)
+DEFAULT_POLL_INTERVAL = 5.0
+DEFAULT_HEARTBEAT_INTERVAL = 10.0
+DEFAULT_REAPER_INTERVAL = 15.0
+DEFAULT_STALE_THRESHOLD = 30.0
+DEFAULT_JOB_TIMEOUT = 1800.0
+DEFAULT_GRACEFUL_TIMEOUT = 25.0
+DEFAULT_MAX_JOBS_PER_CHILD = 0
+DEFAULT_CLAIM_BATCH = 50
+DEFAULT_RETENTION = 7 * 24 * 3600.0
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_PORT = 8000
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Names = tuple[str, ...]
+
+
+def _split_names(value: object) -> object:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``; other types pass through to validation."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+class Settings(BaseModel):
+    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    database_url: str | None = None
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+
+    handlers: Names = ()
+    advisory_namespace: int = Field(DEFAULT_ADVISORY_NAMESPACE, ge=0, le=0xFFFF)
+
+    backoff_base: Seconds = DEFAULT_BACKOFF_BASE
+    backoff_cap: Seconds = DEFAULT_BACKOFF_CAP
+    backoff_jitter: float = Field(DEFAULT_BACKOFF_JITTER, ge=0, le=1)
+
+    concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
+    queues: Names = DEFAULT_QUEUES
+    poll_interval: Seconds = DEFAULT_POLL_INTERVAL
+    heartbeat_interval: Seconds = DEFAULT_HEARTBEAT_INTERVAL
+    reaper_interval: Seconds = DEFAULT_REAPER_INTERVAL
+    stale_threshold: Seconds = DEFAULT_STALE_THRESHOLD
+    job_timeout: Seconds = DEFAULT_JOB_TIMEOUT
+    graceful_timeout: NonNegativeSeconds = DEFAULT_GRACEFUL_TIMEOUT
+    max_jobs_per_child: int = Field(DEFAULT_MAX_JOBS_PER_CHILD, ge=0)
+    claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
+
+    retention: NonNegativeSeconds = DEFAULT_RETENTION
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    api_token: str | None = None
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_pending: int | None = Field(None, ge=0)
+
+    @field_validator("handlers", "queues", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        return _split_names(value)
+
+    @field_validator("queues")
+    @classmethod
+    def _at_least_one_queue(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("name at least one queue")
+        return value
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Read the environment (``os.environ`` by default); ``overrides`` (by field name) win.
+
+        Raises :class:`ConfigError` naming the first bad variable.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in cls.model_fields:
+            raw = env.get(variable_name(field))
+            # An empty value means unset (a Procfile or .env line like JOBQ_MAX_PENDING=).
+            if raw is not None and raw.strip() != "":
+                values[field] = raw.strip()
+        values.update(overrides)
+        try:
+            settings = cls.model_validate(values)
+        except pydantic.ValidationError as exc:
+            raise _config_error(exc) from None
+        if settings.stale_threshold <= settings.heartbeat_interval:
+            raise ConfigError(
+                "JOBQ_STALE_THRESHOLD",
+                f"must be longer than JOBQ_HEARTBEAT_INTERVAL ({settings.heartbeat_interval:g} s)",
+            )
+        return settings
+
+    def require_database_url(self) -> str:
+        """The database URL, or a ConfigError telling the user to set it."""
+        if not self.database_url:
+            raise ConfigError("DATABASE_URL", "is not set; point it at your PostgreSQL database")
+        return self.database_url
+
+
+_ALIASED = {"database_url": "DATABASE_URL", "port": "PORT"}
+
+
+def variable_name(field: str) -> str:
+    """The environment variable that sets ``field``."""
+    return _ALIASED.get(field, ENV_PREFIX + field.upper())
+
+
+def _config_error(exc: pydantic.ValidationError) -> ConfigError:
+    first = exc.errors()[0]
+    variable = variable_name(str(first["loc"][0])) if first["loc"] else "configuration"
+    value = first.get("input")
+    shown = f" (got {value!r})" if isinstance(value, (str, int, float)) else ""
+    return ConfigError(variable, f"{first['msg']}{shown}")

@@ -1,0 +1,173 @@
+"""What a new job may look like: one pydantic model shared by the library and the API.
+
+:class:`JobSpec` validates ``enqueue`` arguments and ``POST /jobs`` bodies alike, so
+that both accept and refuse exactly the same things, and the OpenAPI document is
+generated from the rules that are enforced. Integers are strict (``True``, ``"7"``
+and ``7.5`` are not integers); a payload is a JSON object that PostgreSQL's jsonb can
+store (no NUL characters, no lone surrogates, no NaN or Infinity, bounded depth).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError, field_validator
+
+from jobq.errors import InvalidArgument
+
+MAX_TYPE_LENGTH = 200
+MAX_QUEUE_LENGTH = 100
+MAX_IDEMPOTENCY_KEY_LENGTH = 255
+MAX_PAYLOAD_DEPTH = 64
+
+DEFAULT_PRIORITY = 5
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_QUEUE = "default"
+
+Name = Annotated[StrictStr, Field(min_length=1)]
+
+
+class JsonObject(dict):  # type: ignore[type-arg]
+    """A validated payload: the dict, and the JSON text it was checked as (serialised
+    once, at validation, and sent as is)."""
+
+    __slots__ = ("json_text",)
+
+    def __init__(self, value: dict[str, Any], json_text: str) -> None:
+        super().__init__(value)
+        self.json_text = json_text
+
+
+class JobSpec(BaseModel):
+    """A job to enqueue. ``run_at`` without an offset means UTC; ``None`` means now."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Annotated[Name, Field(max_length=MAX_TYPE_LENGTH, description="Handler name, e.g. `noop`.")]
+    payload: dict[str, Any] = Field(
+        default_factory=dict, validate_default=True, description="Any JSON object; the handler's input."
+    )
+    priority: Annotated[StrictInt, Field(ge=1, le=10, description="1-10, higher runs first.")] = DEFAULT_PRIORITY
+    max_retries: Annotated[
+        StrictInt, Field(ge=0, le=10, description="Retries after the first run: 3 means up to 4 runs.")
+    ] = DEFAULT_MAX_RETRIES
+    run_at: datetime | None = Field(None, description="ISO-8601; without an offset it means UTC. Omit for now.")
+    queue: Annotated[Name, Field(max_length=MAX_QUEUE_LENGTH)] = DEFAULT_QUEUE
+    idempotency_key: Annotated[Name, Field(max_length=MAX_IDEMPOTENCY_KEY_LENGTH)] | None = None
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _payload_none_is_empty(cls, value: object) -> object:
+        return {} if value is None else value
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_storable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return JsonObject(value, storable_json(value))
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("type", "queue", "idempotency_key")
+    @classmethod
+    def _text_storable(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_text(value)
+        return value
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _run_at_is_a_time(cls, value: object) -> object:
+        # Refuse numbers: pydantic would read them as Unix timestamps, which nobody means.
+        if value is not None and not isinstance(value, (str, datetime)):
+            raise ValueError("must be an ISO-8601 date-time")
+        return value
+
+    @field_validator("run_at")
+    @classmethod
+    def _run_at_utc(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+    def payload_json(self) -> str:
+        """The payload as compact JSON text, ready for a jsonb parameter."""
+        return self.payload.json_text  # type: ignore[attr-defined]
+
+
+def parse_spec(values: dict[str, Any], *, prefix: str = "") -> JobSpec:
+    """Validate one job's keyword arguments; raise :class:`InvalidArgument` naming the field."""
+    try:
+        return JobSpec.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "job"
+        raise InvalidArgument(prefix + field, first["msg"]) from None
+
+
+def storable_json(value: Any) -> str:
+    """``value`` as compact JSON text that PostgreSQL's jsonb will take.
+
+    Raises ValueError (or TypeError for what is not JSON at all) saying what is wrong:
+    NaN or Infinity, a NUL character, a lone surrogate, nesting deeper than
+    MAX_PAYLOAD_DEPTH.
+    """
+    try:
+        text = _ENCODER.encode(value)
+    except ValueError as exc:
+        raise ValueError("holds NaN or Infinity, which JSON cannot carry" if "JSON compliant" in str(exc) else str(exc)) from None
+    if _ESCAPED_NUL.search(text):
+        raise ValueError("contains a NUL character, which PostgreSQL cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate, which is not valid Unicode") from None
+    # Nesting depth is at most the number of containers: walk only when that could exceed the limit.
+    if text.count("{") + text.count("[") > MAX_PAYLOAD_DEPTH:
+        _check_depth(value, 0)
+    return text
+
+
+# "\u0000" in JSON text is a NUL unless its backslash is itself escaped ("\\u0000").
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _check_depth(value: Any, depth: int) -> None:
+    if depth > MAX_PAYLOAD_DEPTH:
+        raise ValueError(f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_depth(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_depth(item, depth + 1)
+
+
+_SPEC_LIST = TypeAdapter(list[JobSpec])
+
+
+def parse_specs(values: Iterable[Any], *, name: str = "jobs") -> list[JobSpec]:
+    """Validate a list of jobs' keyword arguments at once; raise :class:`InvalidArgument`
+    naming the first bad one as ``jobs[i].field``."""
+    try:
+        return _SPEC_LIST.validate_python(list(values))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        index, *rest = first["loc"]
+        field = f"{name}[{index}]" + "".join(f".{part}" for part in rest)
+        raise InvalidArgument(field, first["msg"]) from None
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise ValueError("contains a NUL character, which PostgreSQL cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("contains a lone surrogate, which is not valid Unicode") from None

@@ -1,0 +1,186 @@
+"""Putting jobs in the queue: ``enqueue`` and ``enqueue_many``.
+
+Both work inside the caller's transaction when given a connection: the jobs exist,
+and wake a worker, only when the caller commits. Without one they use the default
+pool for ``DATABASE_URL`` and commit before returning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row
+
+from jobq import queries
+from jobq.db import Connection, connection
+from jobq.errors import InvalidArgument, Overloaded
+from jobq.job import Job
+from jobq.spec import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec, parse_spec, parse_specs
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A job and whether this call created it (False: its idempotency key was taken)."""
+
+    job: Job
+    created: bool
+
+
+def enqueue(
+    type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    priority: int = DEFAULT_PRIORITY,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    run_at: datetime | None = None,
+    queue: str = DEFAULT_QUEUE,
+    idempotency_key: str | None = None,
+    conn: Connection | None = None,
+) -> Job:
+    """Add one job and return it.
+
+    With an ``idempotency_key`` already held by a job in the table, returns that job
+    and adds nothing. Raises :class:`InvalidArgument` naming a bad argument, and
+    :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
+    caller commits; without, the job is committed before this returns.
+    """
+    spec = parse_spec(
+        {
+            "type": type,
+            "payload": payload,
+            "priority": priority,
+            "max_retries": max_retries,
+            "run_at": run_at,
+            "queue": queue,
+            "idempotency_key": idempotency_key,
+        }
+    )
+    return submit(spec, conn=conn).job
+
+
+def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | None = None) -> Enqueued:
+    """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
+    control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
+    with connection(conn) as c:
+        if max_pending is not None:
+            check_admission(c, max_pending)
+        with c.cursor(row_factory=class_row(Job)) as cur:
+            cur.execute(queries.JOB_INSERT, _row_params(spec))
+            job = cur.fetchone()
+            if job is not None:
+                return Enqueued(job, True)
+            cur.execute(queries.JOB_GET_BY_IDEMPOTENCY_KEYS, {"keys": [spec.idempotency_key]})
+            existing = cur.fetchone()
+        if existing is None:
+            # The key's job was deleted between our insert and our read: try once more.
+            return submit(spec, conn=c)
+        return Enqueued(existing, False)
+
+
+def enqueue_many(jobs: Iterable[Mapping[str, Any]], *, conn: Connection | None = None) -> list[Job]:
+    """Add many jobs in one round trip and return them in the order given.
+
+    Each mapping takes the keyword arguments of :func:`enqueue` (``type`` required).
+    All or nothing: one bad mapping raises :class:`InvalidArgument` naming its index and
+    field, and nothing is added. One wake-up per queue, however many jobs.
+    """
+    return [entry.job for entry in submit_many(parse_specs(jobs), conn=conn)]
+
+
+def submit_many(
+    specs: list[JobSpec], *, conn: Connection | None = None, max_pending: int | None = None
+) -> list[Enqueued]:
+    """Add many validated jobs; see :func:`enqueue_many` and :func:`submit`.
+
+    Without idempotency keys the rows go in by COPY, with ids and the transaction's
+    timestamp fetched first; with keys, by one array INSERT ... ON CONFLICT.
+    """
+    if not specs:
+        return []
+    keys = [spec.idempotency_key for spec in specs if spec.idempotency_key is not None]
+    if len(set(keys)) != len(keys):
+        raise InvalidArgument("idempotency_key", "appears more than once in one batch")
+    with connection(conn) as c:
+        if max_pending is not None:
+            check_admission(c, max_pending)
+        if keys:
+            return _insert_with_keys(c, specs, keys)
+        return _copy(c, specs)
+
+
+def _copy(conn: Connection, specs: list[JobSpec]) -> list[Enqueued]:
+    now, ids = conn.execute(queries.JOB_IDS_RESERVE, {"n": len(specs)}).fetchone()  # type: ignore[misc]
+    with conn.cursor().copy(queries.JOB_COPY) as copy:
+        for job_id, spec in zip(ids, specs):
+            copy.write_row(
+                (job_id, spec.type, spec.queue, spec.payload_json(), spec.priority, spec.max_retries, spec.run_at or now)
+            )
+    return [Enqueued(_new_job(spec, job_id, spec.run_at or now, now), True) for job_id, spec in zip(ids, specs)]
+
+
+def _insert_with_keys(conn: Connection, specs: list[JobSpec], keys: list[str]) -> list[Enqueued]:
+    # (id, key, run_at, created_at) of the rows inserted; ids follow the input order
+    inserted = sorted(conn.execute(queries.JOB_INSERT_MANY, _array_params(specs)).fetchall())
+    new = {row[1]: row for row in inserted if row[1] is not None}
+    unkeyed = iter([row for row in inserted if row[1] is None])
+    existing: dict[str, Job] = {}
+    if len(new) < len(keys):
+        with conn.cursor(row_factory=class_row(Job)) as cur:
+            cur.execute(queries.JOB_GET_BY_IDEMPOTENCY_KEYS, {"keys": keys})
+            existing = {job.idempotency_key: job for job in cur.fetchall()}  # type: ignore[misc]
+    results = []
+    for spec in specs:
+        key = spec.idempotency_key
+        if key is not None and key not in new:
+            results.append(Enqueued(existing[key], False))
+        else:
+            job_id, _, run_at, created_at = new[key] if key is not None else next(unkeyed)
+            results.append(Enqueued(_new_job(spec, job_id, run_at, created_at), True))
+    return results
+
+
+def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+    """The row just inserted for ``spec``, built here rather than read back: every
+    other column holds its default."""
+    return Job(
+        id=job_id, type=spec.type, queue=spec.queue, payload=spec.payload, status="pending",
+        priority=spec.priority, attempt=0, max_retries=spec.max_retries, run_at=run_at,
+        claimed_at=None, started_at=None, heartbeat_at=None, completed_at=None, created_at=created_at,
+        result=None, error=None, errors=[], worker_id=None, lease=None, idempotency_key=spec.idempotency_key,
+    )
+
+
+def check_admission(conn: Connection, max_pending: int) -> None:
+    """Raise :class:`Overloaded` while more than ``max_pending`` jobs are pending (from
+    the counters, not a scan)."""
+    row = conn.execute(queries.COUNTERS_GET_PENDING).fetchone()
+    pending = int(row[0]) if row else 0
+    if pending > max_pending:
+        raise Overloaded(pending, max_pending)
+
+
+def _row_params(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "type": spec.type,
+        "queue": spec.queue,
+        "payload": spec.payload_json(),
+        "priority": spec.priority,
+        "max_retries": spec.max_retries,
+        "run_at": spec.run_at,
+        "idempotency_key": spec.idempotency_key,
+    }
+
+
+def _array_params(specs: list[JobSpec]) -> dict[str, list[Any]]:
+    return {
+        "types": [spec.type for spec in specs],
+        "queues": [spec.queue for spec in specs],
+        "payloads": [spec.payload_json() for spec in specs],
+        "priorities": [spec.priority for spec in specs],
+        "max_retries": [spec.max_retries for spec in specs],
+        "run_ats": [spec.run_at for spec in specs],
+        "idempotency_keys": [spec.idempotency_key for spec in specs],
+    }

@@ -1,0 +1,82 @@
+"""The throwaway PostgreSQL every queue test runs against, and per-test clean tables.
+
+Where the database comes from, in order:
+1. ``JOBQ_TEST_DATABASE_URL`` when set (its tables are truncated: use a throwaway one);
+2. a testcontainers ``postgres:16`` container, when a Docker engine answers;
+3. an embedded PostgreSQL 16 from the ``pgserver`` wheel, in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from jobq import db
+from jobq.embedded import EmbeddedPostgres
+from jobq.migrate import migrate
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+
+# Speed over durability for a database that is thrown away after the run.
+TEST_SERVER_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
+TABLES = ("jobs", "dead_letter_jobs", "job_counters")
+TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # no engine, no permission, no SDK: use the embedded server
+        return False
+
+
+@contextlib.contextmanager
+def throwaway_database(base_dir: Path) -> Iterator[str]:
+    url = os.environ.get("JOBQ_TEST_DATABASE_URL")
+    if url:
+        yield url
+    elif docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16", driver=None) as container:
+            yield container.get_connection_url()
+    else:
+        server = EmbeddedPostgres(base_dir, settings=TEST_SERVER_SETTINGS)
+        server.start()
+        try:
+            yield server.url()
+        finally:
+            server.delete()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated, throwaway database for the whole run."""
+    with throwaway_database(tmp_path_factory.mktemp("pg")) as url:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        yield url
+        db.close_default_pool()
+
+
+@pytest.fixture
+def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to empty tables; DATABASE_URL points at the same database."""
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(TRUNCATE)
+        yield connection
+    db.close_default_pool()

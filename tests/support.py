@@ -1,0 +1,74 @@
+"""Helpers shared by the tests: claim and record through the queue module, read locks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+
+from jobq import claims, execution, locks
+from jobq.handlers import registry
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+
+registry.load([])  # the built-in handlers, as a worker loads them
+
+LOCK_BASE = locks.key(DEFAULT_ADVISORY_NAMESPACE, 0)
+
+# Advisory locks as pg_locks shows them: the 64-bit key split into classid (high 32
+# bits) and objid (low 32 bits), objsubid 1 for the one-bigint form.
+JOBQ_ADVISORY_LOCKS = (
+    "SELECT ((classid::bigint << 32) | objid::bigint) & %(mask)s, pid FROM pg_locks "
+    "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+    "AND (classid::bigint >> 16) = %(namespace)s"
+)
+
+
+def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
+    """The jobq advisory locks held in the database: {value (a job id): backend pid}."""
+    rows = conn.execute(
+        JOBQ_ADVISORY_LOCKS, {"mask": locks.ID_MASK, "namespace": DEFAULT_ADVISORY_NAMESPACE}
+    ).fetchall()
+    return {value: pid for value, pid in rows}
+
+
+def claim(
+    conn: psycopg.Connection, limit: int = 10, queues: Sequence[str] = ("default",), worker_id: str = "test"
+) -> list[claims.Claimed]:
+    return claims.claim(conn, queues, worker_id=worker_id, limit=limit, lock_base=LOCK_BASE).result()
+
+
+def held(claimed: Sequence[claims.Claimed]) -> list[claims.Held]:
+    return [claims.Held(c.job.id, c.job.lease, c.locked) for c in claimed]  # type: ignore[arg-type]
+
+
+def complete(conn: psycopg.Connection, claimed: Sequence[claims.Claimed]) -> set[int]:
+    """Record every claimed job as done with {"ok": true}; returns the rejected ids."""
+    return claims.complete(
+        conn, held(claimed), ['{"ok":true}'] * len(claimed), [0.0] * len(claimed), lock_base=LOCK_BASE
+    ).result()
+
+
+def fail(
+    conn: psycopg.Connection, claimed: Sequence[claims.Claimed], error: str = "boom", delay: float = 0.0
+) -> tuple[list[claims.Failure], set[int]]:
+    n = len(claimed)
+    return claims.fail(conn, held(claimed), [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+
+
+def run_claimed(conn: psycopg.Connection, claimed: Sequence[claims.Claimed], delay: float = 0.0) -> None:
+    """Run each claimed job's handler and record its outcome, as a worker would."""
+    for c in claimed:
+        outcome = execution.run(c.job)
+        if outcome.ok:
+            claims.complete(conn, held([c]), [outcome.result_json], [outcome.seconds], lock_base=LOCK_BASE).result()
+        else:
+            claims.fail(conn, held([c]), [outcome.error], [delay], [outcome.seconds], lock_base=LOCK_BASE).result()
+
+
+def drain(conn: psycopg.Connection, queues: Sequence[str] = ("default",), batch: int = 50) -> int:
+    """Run every due job (retries with delay 0 are due at once) until none is left."""
+    ran = 0
+    while claimed := claim(conn, batch, queues):
+        run_claimed(conn, claimed)
+        ran += len(claimed)
+    return ran

@@ -1,0 +1,140 @@
+import time
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+import jobq
+from jobq.errors import InvalidArgument
+
+pytestmark = pytest.mark.db
+
+
+def job_count(conn) -> int:
+    return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+
+
+def notifications(listener: psycopg.Connection, wait: float = 0.3) -> list[str]:
+    return [n.payload for n in listener.notifies(timeout=wait)]
+
+
+@pytest.fixture
+def listener(database_url):
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("LISTEN jobq")
+        yield conn
+
+
+def test_enqueue_returns_the_pending_row_with_defaults(conn):
+    job = jobq.enqueue("noop", conn=conn)
+    assert (job.status, job.priority, job.max_retries, job.attempt, job.queue) == ("pending", 5, 3, 0, "default")
+    assert job.payload == {} and job.errors == [] and job.run_at == job.created_at
+    assert jobq.get(job.id, conn=conn) == job
+
+
+def test_enqueue_stores_every_argument(conn):
+    run_at = datetime.now(timezone.utc) + timedelta(hours=1)
+    job = jobq.enqueue("echo", {"a": [1, {"b": None}]}, priority=9, max_retries=0, run_at=run_at, queue="mail", conn=conn)
+    stored = jobq.get(job.id, conn=conn)
+    assert (stored.payload, stored.priority, stored.max_retries, stored.queue) == ({"a": [1, {"b": None}]}, 9, 0, "mail")
+    assert abs((stored.run_at - run_at).total_seconds()) < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"priority": True}, "priority"),
+        ({"priority": "7"}, "priority"),
+        ({"max_retries": 11}, "max_retries"),
+        ({"payload": [1]}, "payload"),
+        ({"payload": {"x": "\x00"}}, "payload"),
+        ({"queue": ""}, "queue"),
+    ],
+)
+def test_bad_arguments_raise_naming_the_field_and_store_nothing(conn, kwargs, field):
+    with pytest.raises(InvalidArgument) as caught:
+        jobq.enqueue("noop", conn=conn, **kwargs)
+    assert caught.value.field == field
+    assert job_count(conn) == 0
+
+
+def test_sql_looking_strings_are_stored_verbatim(conn):
+    text = "'); DROP TABLE jobs; --"
+    job = jobq.enqueue(text, {"q": text}, queue=text, conn=conn)
+    assert jobq.get(job.id, conn=conn).payload == {"q": text}
+    assert job_count(conn) == 1
+
+
+def test_enqueue_without_conn_uses_database_url(conn):
+    job = jobq.enqueue("noop")
+    assert jobq.get(job.id, conn=conn).id == job.id
+
+
+def test_enqueue_in_a_rolled_back_transaction_leaves_no_job_and_no_wakeup(database_url, conn, listener):
+    with psycopg.connect(database_url) as tx_conn:
+        jobq.enqueue("noop", conn=tx_conn)
+        assert notifications(listener) == []  # nothing before commit either
+        tx_conn.rollback()
+    assert job_count(conn) == 0
+    assert notifications(listener) == []
+
+
+def test_enqueue_in_a_committed_transaction_wakes_workers_at_commit(database_url, conn, listener):
+    with psycopg.connect(database_url) as tx_conn:
+        jobq.enqueue("noop", queue="mail", conn=tx_conn)
+        assert notifications(listener, 0.2) == []
+        tx_conn.commit()
+    assert notifications(listener) == ["mail"]
+    assert job_count(conn) == 1
+
+
+def test_enqueue_many_keeps_order_and_sends_one_wakeup_per_queue(conn, listener):
+    specs = [{"type": "echo", "payload": {"i": i}, "queue": "a" if i % 2 else "b"} for i in range(10_000)]
+    started = time.monotonic()
+    jobs = jobq.enqueue_many(specs, conn=conn)
+    assert time.monotonic() - started < 30  # a generous protocol bound, not a speed test
+    assert [job.payload["i"] for job in jobs] == list(range(10_000))
+    assert job_count(conn) == 10_000
+    assert sorted(notifications(listener)) == ["a", "b"]
+
+
+def test_enqueue_many_is_all_or_nothing(conn):
+    with pytest.raises(InvalidArgument) as caught:
+        jobq.enqueue_many([{"type": "noop"}, {"type": "noop", "priority": 0}], conn=conn)
+    assert caught.value.field == "jobs[1].priority"
+    assert job_count(conn) == 0
+
+
+def test_enqueue_many_of_nothing_is_nothing(conn):
+    assert jobq.enqueue_many([], conn=conn) == []
+
+
+def test_same_idempotency_key_returns_the_existing_job(conn):
+    first = jobq.enqueue("noop", {"v": 1}, idempotency_key="order-17", conn=conn)
+    second = jobq.enqueue("noop", {"v": 2}, idempotency_key="order-17", conn=conn)
+    assert second.id == first.id and second.payload == {"v": 1}
+    assert job_count(conn) == 1
+
+
+def test_enqueue_many_returns_existing_jobs_for_taken_keys(conn):
+    taken = jobq.enqueue("noop", idempotency_key="k2", conn=conn)
+    jobs = jobq.enqueue_many(
+        [{"type": "noop", "idempotency_key": "k1"}, {"type": "noop", "idempotency_key": "k2"}, {"type": "noop"}],
+        conn=conn,
+    )
+    assert jobs[1].id == taken.id
+    assert len({job.id for job in jobs}) == 3
+    assert job_count(conn) == 3
+
+
+def test_a_key_repeated_within_one_batch_is_refused(conn):
+    with pytest.raises(InvalidArgument) as caught:
+        jobq.enqueue_many([{"type": "noop", "idempotency_key": "k"}] * 2, conn=conn)
+    assert caught.value.field == "idempotency_key"
+    assert job_count(conn) == 0
+
+
+def test_a_key_is_free_again_once_its_job_is_gone(conn):
+    first = jobq.enqueue("noop", idempotency_key="k", conn=conn)
+    jobq.cancel(first.id, conn=conn)
+    assert jobq.enqueue("noop", idempotency_key="k", conn=conn).id != first.id

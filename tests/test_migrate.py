@@ -1,0 +1,102 @@
+import subprocess
+import sys
+import threading
+import uuid
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from jobq.errors import SchemaTooNew, SchemaTooOld
+from jobq.migrate import applied_version, check_schema, migrate, required_version
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+
+pytestmark = pytest.mark.db
+
+
+@pytest.fixture
+def empty_database(database_url):
+    """A database of its own, with nothing in it."""
+    name = f"jobq_migrate_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield conninfo.make_conninfo(database_url, dbname=name)
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_second_migrate_is_a_no_op(empty_database):
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        first = migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        second = migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        assert [m.version for m in first] == list(range(1, required_version() + 1))
+        assert second == []
+        assert applied_version(conn) == required_version()
+
+
+def test_two_concurrent_migrations_apply_each_file_once(empty_database):
+    results, errors = [], []
+    barrier = threading.Barrier(4)
+
+    def run():
+        try:
+            with psycopg.connect(empty_database, autocommit=True) as conn:
+                barrier.wait()
+                results.append(migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE))
+        except Exception as exc:  # collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(len(r) for r in results) == [0, 0, 0, required_version()]
+    with psycopg.connect(empty_database) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM jobq_migrations ORDER BY version")]
+    assert versions == list(range(1, required_version() + 1))
+
+
+def test_migrate_refuses_a_schema_newer_than_the_code(empty_database):
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        conn.execute("INSERT INTO jobq_migrations (version, name) VALUES (9999, 'from_the_future')")
+        with pytest.raises(SchemaTooNew):
+            migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        # running processes accept a newer schema
+        assert check_schema(conn) == 9999
+
+
+def test_running_processes_refuse_a_schema_older_than_they_need(empty_database):
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        with pytest.raises(SchemaTooOld):
+            check_schema(conn)
+
+
+def test_cli_migrate_applies_then_reports_nothing_to_do(empty_database):
+    env = {"DATABASE_URL": empty_database, "PATH": "/usr/bin:/bin"}
+    first = subprocess.run([sys.executable, "-m", "jobq", "migrate"], env=env, capture_output=True, text=True)
+    second = subprocess.run([sys.executable, "-m", "jobq", "migrate"], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "applied" in first.stdout
+    assert second.returncode == 0 and "nothing to do" in second.stdout
+
+
+def test_cli_migrate_without_a_reachable_database_fails_in_one_line():
+    env = {"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "jobq", "migrate", "--wait", "0"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("jobq: ") and "database unavailable" in lines[-1]
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_without_database_url_names_the_variable():
+    result = subprocess.run(
+        [sys.executable, "-m", "jobq", "migrate"], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == "jobq: DATABASE_URL: is not set; point it at your PostgreSQL database"
