@@ -249,3 +249,33 @@ DEAD_LETTER_GET_REPLAYED_AS = "SELECT replayed_at IS NOT NULL, replayed_as FROM 
 
 # DEAD_LETTER_DELETE: discard one dead-letter row for good.
 DEAD_LETTER_DELETE = "DELETE FROM dead_letter_jobs WHERE id = %(id)s RETURNING id"
+
+# ---------------------------------------------------------------------------------------
+# Workers
+
+# WORKER_REGISTER: a worker process announces itself (primary key; a restarted pid
+# with the same id replaces the stale row).
+WORKER_REGISTER = (
+    "INSERT INTO workers (id, hostname, pid, queues) VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s) "
+    "ON CONFLICT (id) DO UPDATE SET started_at = now(), heartbeat_at = now(), current_job_id = NULL, jobs_done = 0"
+)
+
+# WORKER_HEARTBEAT: the worker is alive, runs this job (or none), has recorded this many.
+WORKER_HEARTBEAT = (
+    "UPDATE workers SET heartbeat_at = now(), current_job_id = %(current_job_id)s, jobs_done = %(jobs_done)s "
+    "WHERE id = %(id)s"
+)
+
+# WORKER_DELETE: a worker leaving cleanly removes its row.
+WORKER_DELETE = "DELETE FROM workers WHERE id = %(id)s"
+
+# WORKER_DELETE_IF_STALE: the maintenance leader removes the rows of workers whose
+# heartbeat stopped (a seq scan of a table of a few rows per worker process).
+WORKER_DELETE_IF_STALE = (
+    "DELETE FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) RETURNING id"
+)
+
+# WORKER_COUNT_ACTIVE: worker processes whose heartbeat is fresh.
+WORKER_COUNT_ACTIVE = (
+    "SELECT count(*) FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
+)
