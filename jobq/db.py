@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from jobq import queries
 from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 
@@ -100,3 +101,9 @@ def connection(conn: Connection | None = None) -> Iterator[Connection]:
         return
     with database_errors(), default_pool().connection() as pooled:
         yield pooled
+
+
+def ping(conn: Connection | None = None) -> None:
+    """Return if the database answers a trivial query; raise DatabaseUnavailable if not."""
+    with connection(conn) as c:
+        c.execute(queries.DATABASE_PING)

@@ -279,3 +279,21 @@ WORKER_DELETE_IF_STALE = (
 WORKER_COUNT_ACTIVE = (
     "SELECT count(*) FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
 )
+
+# ---------------------------------------------------------------------------------------
+# Metrics and health
+
+# DATABASE_PING: the database answers (readiness); touches no table.
+DATABASE_PING = "SELECT 1"
+
+# METRICS_SNAPSHOT: in one round trip, what the counters do not hold: fresh workers (a
+# seq scan of a table of a few rows per worker process), jobs finished done in the
+# trailing window and their mean run time (a range scan of jobs_completed_idx bounded
+# by the window, so its cost follows recent throughput, not history), and the rows of
+# the dead-letter table (which only operators and retention shrink).
+METRICS_SNAPSHOT = (
+    "SELECT (" + WORKER_COUNT_ACTIVE + "), w.done, w.avg_seconds, (" + DEAD_LETTER_LIST_COUNT + ") "
+    "FROM (SELECT count(*) FILTER (WHERE status = 'done') AS done, "
+    "avg(extract(epoch FROM completed_at - started_at)) FILTER (WHERE status = 'done')::float8 AS avg_seconds "
+    "FROM jobs WHERE completed_at > now() - make_interval(secs => %(window)s)) AS w"
+)

@@ -76,7 +76,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _text_storable(cls, value: str | None) -> str | None:
         if value is not None:
-            _check_text(value)
+            check_text(value)
         return value
 
     @field_validator("run_at", mode="before")
@@ -164,10 +164,13 @@ def parse_specs(values: Iterable[Any], *, name: str = "jobs") -> list[JobSpec]:
         raise InvalidArgument(field, first["msg"]) from None
 
 
-def _check_text(text: str) -> None:
+def check_text(text: str) -> str:
+    """Return ``text`` if PostgreSQL can store it in a text column; raise ValueError if it
+    holds a NUL character or a lone surrogate."""
     if "\x00" in text:
         raise ValueError("contains a NUL character, which PostgreSQL cannot store")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("contains a lone surrogate, which is not valid Unicode") from None
+    return text

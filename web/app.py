@@ -1,0 +1,53 @@
+"""The application factory: ``gunicorn 'web.app:create_app()'``.
+
+``create_app`` reads and validates the configuration, registers one blueprint per
+resource and the error handlers, and opens no connection: each process opens its
+own pool on its first request (after Gunicorn's fork).
+"""
+
+from __future__ import annotations
+
+from flask_openapi3 import Info, OpenAPI
+
+from jobq import __version__
+from jobq.settings import Settings
+from web import auth, context, errors, jsonio
+from web.dead_letter import dead_letter
+from web.docs import docs
+from web.health import health
+from web.jobs import jobs
+from web.metrics import metrics
+from web.schemas import BEARER_SCHEME, Error, ValidationFailure
+
+OPEN_ENDPOINTS = frozenset({"health.liveness"})  # answered without a token
+
+
+def create_app(settings: Settings | None = None) -> OpenAPI:
+    """Build the jobq API for ``settings`` (default: the environment).
+
+    Raises :class:`jobq.errors.ConfigError` naming a bad or missing variable
+    (``DATABASE_URL`` is required).
+    """
+    settings = settings or Settings.from_env()
+    app = OpenAPI(
+        __name__,
+        info=Info(title="jobq", version=__version__, description="A background job queue on PostgreSQL."),
+        security_schemes=BEARER_SCHEME,
+        doc_ui=False,
+        responses={500: Error},
+        validation_error_callback=errors.validation_response,
+        # Only tells flask-openapi3 which response to add to operations that lack it,
+        # and every operation has a 500: errors.validation_response picks 400 or 422.
+        validation_error_status=500,
+        validation_error_model=ValidationFailure,
+    )
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    jsonio.install(app)
+    context.attach(app, settings)
+    if settings.api_token:
+        app.before_request(auth.bearer_guard(settings.api_token, OPEN_ENDPOINTS))
+    for blueprint in (jobs, dead_letter, metrics, health):
+        app.register_api(blueprint)
+    app.register_blueprint(docs)
+    errors.register(app)
+    return app

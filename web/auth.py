@@ -1,0 +1,27 @@
+"""Bearer-token authentication: with ``JOBQ_API_TOKEN`` set, every route but the open
+ones needs ``Authorization: Bearer <token>``. The token is compared in constant time
+and never logged."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Collection
+
+from flask import request
+from werkzeug.datastructures import WWWAuthenticate
+from werkzeug.exceptions import Unauthorized
+
+
+def bearer_guard(token: str, open_endpoints: Collection[str]) -> Callable[[], None]:
+    """A ``before_request`` hook that raises 401 unless the request carries ``token``
+    (or its endpoint is one of ``open_endpoints``)."""
+    expected = token.encode()
+
+    def check() -> None:
+        if request.endpoint in open_endpoints:
+            return
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            raise Unauthorized("missing or invalid bearer token", www_authenticate=WWWAuthenticate("bearer"))
+
+    return check

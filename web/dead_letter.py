@@ -1,0 +1,45 @@
+"""``/dead-letter``: the jobs that ran out of retries; read, replay, discard."""
+
+from __future__ import annotations
+
+from flask_openapi3 import APIBlueprint, Tag
+
+import jobq
+from web import jsonio
+from web.context import api
+from web.schemas import BEARER, GUARDED, DeadLetterListQuery, DeadLetterOut, DeadLetterPage, DeadLetterPath, Error, JobOut
+
+dead_letter = APIBlueprint(
+    "dead_letter", __name__, abp_tags=[Tag(name="dead-letter", description="Jobs that ran out of retries")], abp_security=BEARER, abp_responses=GUARDED
+)
+
+NOT_FOUND = {400: Error, 404: Error}
+
+
+@dead_letter.get("/dead-letter", responses={200: DeadLetterPage, 400: Error})
+def list_dead(query: DeadLetterListQuery) -> dict:
+    """Dead-letter rows, newest first, optionally of one type, paginated."""
+    with api().database.connection() as conn:
+        return jsonio.page_dict(jobq.list_dead(**query.model_dump(), conn=conn))
+
+
+@dead_letter.get("/dead-letter/<int:dead_letter_id>", responses={200: DeadLetterOut, **NOT_FOUND})
+def get_dead(path: DeadLetterPath) -> dict:
+    """One dead-letter row."""
+    with api().database.connection() as conn:
+        return jobq.get_dead(path.dead_letter_id, conn=conn).to_dict()
+
+
+@dead_letter.post("/dead-letter/<int:dead_letter_id>/replay", responses={201: JobOut, 409: Error, **NOT_FOUND})
+def replay(path: DeadLetterPath) -> tuple[dict, int]:
+    """Enqueue a new pending job from a dead-letter row (201); 409 if it was already replayed."""
+    with api().database.connection() as conn:
+        return jobq.replay(path.dead_letter_id, conn=conn).to_dict(), 201
+
+
+@dead_letter.delete("/dead-letter/<int:dead_letter_id>", responses={204: None, **NOT_FOUND})
+def discard(path: DeadLetterPath) -> tuple[str, int]:
+    """Delete a dead-letter row for good."""
+    with api().database.connection() as conn:
+        jobq.discard_dead(path.dead_letter_id, conn=conn)
+    return "", 204

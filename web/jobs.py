@@ -1,0 +1,83 @@
+"""``/jobs``: enqueue (one or a batch), read, list and cancel jobs."""
+
+from __future__ import annotations
+
+from flask_openapi3 import APIBlueprint, Tag
+
+import jobq
+from jobq.errors import InvalidArgument
+from jobq.submit import submit, submit_many
+from web import jsonio
+from web.context import api
+from web.schemas import (
+    BEARER,
+    GUARDED,
+    EnqueueHeaders,
+    Error,
+    JobBatch,
+    JobBatchOut,
+    JobBody,
+    JobListQuery,
+    JobOut,
+    JobPage,
+    JobPath,
+    ValidationFailure,
+)
+
+jobs = APIBlueprint("jobs", __name__, abp_tags=[Tag(name="jobs", description="The job ledger")], abp_security=BEARER, abp_responses=GUARDED)
+jobs.before_request(jsonio.require_json_body)
+
+BODY_ERRORS = {400: Error, 413: Error, 415: Error, 422: ValidationFailure, 429: Error}
+
+
+@jobs.post("/jobs", responses={201: JobOut, 200: JobOut, **BODY_ERRORS})
+def create_job(body: JobBody, header: EnqueueHeaders) -> tuple[dict, int]:
+    """Enqueue a job.
+
+    201 with the new job; 200 with the existing job when the Idempotency-Key (header,
+    or the body's idempotency_key) is already held by one.
+    """
+    spec = _with_key(body, header.idempotency_key)
+    with api().database.connection() as conn:
+        entry = submit(spec, conn=conn, max_pending=api().settings.max_pending)
+    return entry.job.to_dict(), 201 if entry.created else 200
+
+
+@jobs.post("/jobs/batch", responses={201: JobBatchOut, **BODY_ERRORS})
+def create_jobs(body: JobBatch) -> tuple[dict, int]:
+    """Enqueue up to 1,000 jobs at once: all or none, in one statement."""
+    with api().database.connection() as conn:
+        entries = submit_many(list(body.jobs), conn=conn, max_pending=api().settings.max_pending)
+    return {"jobs": [entry.job.to_dict() for entry in entries]}, 201
+
+
+@jobs.get("/jobs/<int:job_id>", responses={200: JobOut, 400: Error, 404: Error})
+def get_job(path: JobPath) -> dict:
+    """One job."""
+    with api().database.connection() as conn:
+        return jobq.get(path.job_id, conn=conn).to_dict()
+
+
+@jobs.get("/jobs", responses={200: JobPage, 400: Error})
+def list_jobs(query: JobListQuery) -> dict:
+    """Jobs, newest first (id breaks ties), filtered and paginated."""
+    with api().database.connection() as conn:
+        page = jobq.list_jobs(**query.model_dump(), conn=conn)
+    return jsonio.page_dict(page)
+
+
+@jobs.delete("/jobs/<int:job_id>", responses={204: None, 400: Error, 404: Error, 409: Error})
+def cancel_job(path: JobPath) -> tuple[str, int]:
+    """Cancel a pending job: it is deleted. 409 once it is claimed, running or finished."""
+    with api().database.connection() as conn:
+        jobq.cancel(path.job_id, conn=conn)
+    return "", 204
+
+
+def _with_key(body: JobBody, key: str | None) -> JobBody:
+    """The body with the Idempotency-Key header's key; InvalidArgument if it names another."""
+    if key is None or key == body.idempotency_key:
+        return body
+    if body.idempotency_key is not None:
+        raise InvalidArgument("Idempotency-Key", "differs from the body's idempotency_key")
+    return body.model_copy(update={"idempotency_key": key})
