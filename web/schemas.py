@@ -48,7 +48,26 @@ IdempotencyKey = Annotated[
 ]
 
 
-class EnqueueHeaders(BaseModel):
+class Parameters(BaseModel):
+    """A model of path, query or header parameters.
+
+    flask-openapi3 asks such a model for its JSON schema on every request (to find
+    list-valued fields), and building one costs more than the rest of a request: it
+    is built once per model and arguments. Callers only read it.
+    """
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        key = (cls, args, tuple(sorted(kwargs.items())))
+        if key not in _SCHEMAS:
+            _SCHEMAS[key] = super().model_json_schema(*args, **kwargs)
+        return _SCHEMAS[key]
+
+
+_SCHEMAS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+class EnqueueHeaders(Parameters):
     idempotency_key: IdempotencyKey | None = Field(
         None,
         alias="Idempotency-Key",
@@ -60,7 +79,7 @@ def _filter_text(max_length: int) -> Any:
     return Annotated[StrictStr, Field(max_length=max_length), AfterValidator(check_text)] | None
 
 
-class PageQuery(BaseModel):
+class PageQuery(Parameters):
     limit: int = Field(DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
     offset: int = Field(0, ge=0, le=MAX_ID)
 
@@ -76,11 +95,11 @@ class DeadLetterListQuery(PageQuery):
     type: _filter_text(MAX_TYPE_LENGTH) = None  # type: ignore[valid-type]
 
 
-class JobPath(BaseModel):
+class JobPath(Parameters):
     job_id: int = Field(ge=1, le=MAX_ID)
 
 
-class DeadLetterPath(BaseModel):
+class DeadLetterPath(Parameters):
     dead_letter_id: int = Field(ge=1, le=MAX_ID)
 
 

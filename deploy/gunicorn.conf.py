@@ -1,0 +1,54 @@
+"""Gunicorn settings for the jobq API (the Procfile's ``web:`` line).
+
+    gunicorn -c deploy/gunicorn.conf.py 'web.app:create_app()'
+
+Configuration comes from the environment: ``PORT`` (default 8000), ``WEB_CONCURRENCY``
+(worker processes, default two per core) and jobq's own ``JOBQ_*`` and
+``DATABASE_URL``, validated here before any worker starts. Anything Gunicorn accepts
+can still be added with ``GUNICORN_CMD_ARGS``.
+"""
+
+import os
+
+from jobq import logs
+from jobq.settings import Settings
+
+settings = Settings.from_env()  # a bad variable stops start-up with its name
+
+bind = f"0.0.0.0:{settings.port}"
+workers = int(os.environ.get("WEB_CONCURRENCY") or 2 * (os.cpu_count() or 1))
+# Threads let a worker overlap one request's database round trips with another's
+# parsing and encoding, and keep connections alive between requests; each worker's
+# pool has as many connections as it has threads (web/pool.py).
+worker_class = "gthread"
+threads = 4
+keepalive = 5  # seconds an idle keep-alive connection is held
+
+# A request is bounded by the pool's timeout (503 after 3 s without a connection);
+# a worker silent for this long is killed and replaced.
+timeout = 30
+graceful_timeout = 25  # platforms allow 30 s between SIGTERM and SIGKILL
+
+# Build the app once, before forking: a configuration error stops the master with one
+# message instead of failing in every worker. The app opens no connection when built;
+# each worker opens its own pool on its first request.
+preload_app = True
+
+# Access lines on stdout: the path without its query string, never a header (so never
+# the Authorization token), the status, the size and the time taken.
+accesslog = "-"
+access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(M)sms'
+errorlog = "-"
+loglevel = settings.log_level.lower()
+
+# No runtime control socket: its default path is per user, not per app, so two servers
+# on one host would share it; signals (TERM, HUP, TTIN/TTOU) manage the arbiter.
+control_socket_disable = True
+
+if os.path.isdir("/dev/shm"):
+    worker_tmp_dir = "/dev/shm"  # heartbeat files in memory, not on a possibly slow disk
+
+
+def on_starting(server):
+    """The app's own log lines (jobq and web loggers) go to stdout like Gunicorn's."""
+    logs.configure(log_format=settings.log_format, level=settings.log_level)
