@@ -41,40 +41,38 @@ def test_a_handler_that_kills_its_worker_fails_its_job_clearly(conn, daemon, job
     wait_for(lambda: len(worker_pids(conn)) == 1, 15, "a replacement worker")
 
 
-def test_term_lets_a_running_job_finish_within_the_grace_time(ledger, daemon):
-    job = jobq.enqueue("ledger_sleep", {"seconds": 1.5}, conn=ledger)
-    queued = jobq.enqueue_many([{"type": "noop"}] * 3, conn=ledger)
-    d = daemon(1, JOBQ_GRACEFUL_TIMEOUT="10")
-    wait_for(lambda: jobq.get(job.id, conn=ledger).status == "running", 15, "the long job running")
+def signal_during_a_long_job(conn, daemon, signum: int, *, seconds: float, grace: float):
+    """One worker running a ledger_sleep job of ``seconds``, then ``signum`` to the
+    supervisor; returns the job and the supervisor's exit code and time to exit."""
+    job = jobq.enqueue("ledger_sleep", {"seconds": seconds}, conn=conn)
+    d = daemon(1, JOBQ_GRACEFUL_TIMEOUT=str(grace))
+    wait_for(lambda: jobq.get(job.id, conn=conn).status == "running", 15, "the long job running")
     sent = time.monotonic()
-    d.signal(signal.SIGTERM)
-    assert d.wait(15) == 0
-    assert time.monotonic() - sent < 10
+    d.signal(signum)
+    if signum == signal.SIGTERM:
+        d.signal(signum)  # a second TERM stays graceful
+    code = d.wait(15)
+    return job, code, time.monotonic() - sent
+
+
+def test_term_lets_a_running_job_finish_within_the_grace_time(ledger, daemon):
+    queued = jobq.enqueue_many([{"type": "noop", "priority": 1}] * 3, conn=ledger)
+    job, code, took = signal_during_a_long_job(ledger, daemon, signal.SIGTERM, seconds=1.5, grace=10)
+    assert code == 0 and took < 10
     assert jobq.get(job.id, conn=ledger).status == "done"
     assert {jobq.get(q.id, conn=ledger).status for q in queued} == {"pending"}
     assert {jobq.get(q.id, conn=ledger).attempt for q in queued} == {0}
 
 
 def test_term_returns_a_job_that_outlives_the_grace_time_to_pending(ledger, daemon):
-    job = jobq.enqueue("ledger_sleep", {"seconds": 60}, conn=ledger)
-    d = daemon(1, JOBQ_GRACEFUL_TIMEOUT="1")
-    wait_for(lambda: jobq.get(job.id, conn=ledger).status == "running", 15, "the long job running")
-    sent = time.monotonic()
-    d.signal(signal.SIGTERM)
-    d.signal(signal.SIGTERM)  # a second TERM stays graceful
-    assert d.wait(15) == 0
-    assert time.monotonic() - sent < 1 + 4  # the grace time plus a small margin
+    job, code, took = signal_during_a_long_job(ledger, daemon, signal.SIGTERM, seconds=60, grace=1)
+    assert code == 0 and took < 1 + 4  # the grace time plus a small margin
     row = jobq.get(job.id, conn=ledger)
     assert (row.status, row.attempt, row.errors) == ("pending", 0, [])
 
 
 def test_quit_stops_at_once_and_the_job_comes_back(ledger, daemon):
-    job = jobq.enqueue("ledger_sleep", {"seconds": 60}, conn=ledger)
-    d = daemon(1, JOBQ_GRACEFUL_TIMEOUT="30")
-    wait_for(lambda: jobq.get(job.id, conn=ledger).status == "running", 15, "the long job running")
-    sent = time.monotonic()
-    d.signal(signal.SIGQUIT)
-    assert d.wait(15) == 0
-    assert time.monotonic() - sent < 5
+    job, code, took = signal_during_a_long_job(ledger, daemon, signal.SIGQUIT, seconds=60, grace=30)
+    assert code == 0 and took < 5
     wait_for(lambda: jobq.get(job.id, conn=ledger).status == "pending", 10, "the job back to pending")
     assert jobq.get(job.id, conn=ledger).attempt == 0
