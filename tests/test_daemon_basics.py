@@ -131,3 +131,15 @@ def test_hup_replaces_every_worker_with_fresh_handler_code(conn, daemon, tmp_pat
     second = jobq.enqueue("version", conn=conn)
     wait_for(lambda: jobq.get(second.id, conn=conn).status == "done", 10, "v2 job done")
     assert (jobq.get(first.id, conn=conn).result, jobq.get(second.id, conn=conn).result) == ({"v": 1}, {"v": 2})
+
+
+def test_one_maintenance_process_leads_among_several_supervisors(conn, daemon):
+    first = daemon(1)
+    wait_for(lambda: "maintenance.leadership_acquired" in first.log(), 15, "the first supervisor leading")
+    second = daemon(1)
+    wait_for(lambda: len(worker_pids(conn)) == 2, 15, "both supervisors' workers up")
+    time.sleep(1)  # several reaper intervals
+    assert "maintenance.leadership_acquired" not in second.log()
+    first.signal(signal.SIGTERM)
+    assert first.wait(10) == 0
+    wait_for(lambda: "maintenance.leadership_acquired" in second.log(), 5, "the second taking over")
