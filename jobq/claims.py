@@ -182,6 +182,13 @@ def relock(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> set[int
     return {job_id for job_id, locked in rows if not locked}
 
 
+def release_orphans(conn: Connection, worker_id: str, held: Sequence[int]) -> list[int]:
+    """After a reconnect: give back the claimed jobs of ``worker_id`` other than ``held``
+    (claims whose answer was lost with the old connection). Returns their ids."""
+    rows = conn.execute(queries.JOB_RELEASE_ORPHANS_OF_WORKER, {"worker_id": worker_id, "held": list(held)})
+    return [row[0] for row in rows]
+
+
 def next_run_in(conn: Connection, queues: Sequence[str]) -> float | None:
     """Seconds until the earliest pending job of ``queues`` is due (<= 0: due now);
     None when none is pending."""

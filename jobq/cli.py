@@ -79,3 +79,15 @@ def migrate(wait_seconds: float) -> None:
         click.echo(f"jobq: applied {len(applied)} migration(s): {names}; schema at version {applied[-1].version}")
     else:
         click.echo(f"jobq: schema already at version {required_version()}, nothing to do")
+
+
+@main.command()
+@click.option("--concurrency", type=click.IntRange(min=1), help="Worker processes [JOBQ_CONCURRENCY; CPU count].")
+@click.option("--queues", help="Comma-separated queues to work [JOBQ_QUEUES; default].")
+def worker(concurrency: int | None, queues: str | None) -> None:
+    """Run the supervisor: worker processes and one maintenance process."""
+    from jobq.supervisor import Supervisor
+
+    settings = load_settings(concurrency=concurrency, queues=queues)
+    settings.require_database_url()
+    sys.exit(Supervisor(settings).run())

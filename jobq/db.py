@@ -46,10 +46,11 @@ def database_errors() -> Iterator[None]:
     except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
         if isinstance(exc, psycopg.errors.QueryCanceled):
             raise
-        raise DatabaseUnavailable(f"database unavailable: {_first_line(exc)}") from exc
+        raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, for one-line logs and errors."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 

@@ -220,6 +220,53 @@ JOB_RELOCK_IF_LEASED = (
     "LEFT JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status IN ('claimed', 'running')"
 )
 
+# JOB_LOCK_INFLIGHT_OF_WORKER: the claimed|running jobs of one worker (a scan of the
+# small jobs_inflight_heartbeat_idx) whose advisory lock this session can take, that
+# is, whose worker's session is gone. The candidates are fixed first (MATERIALIZED),
+# so no other row's lock is ever tried.
+JOB_LOCK_INFLIGHT_OF_WORKER = (
+    "WITH mine AS MATERIALIZED (SELECT id, lease, status, attempt, queue FROM jobs "
+    "WHERE worker_id = %(worker_id)s AND status IN ('claimed', 'running')) "
+    "SELECT id, lease, status, attempt, queue FROM mine WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+)
+
+# JOB_COUNT_INFLIGHT_OF_WORKER: how many claimed|running jobs a worker still has.
+JOB_COUNT_INFLIGHT_OF_WORKER = (
+    "SELECT count(*) FROM jobs WHERE worker_id = %(worker_id)s AND status IN ('claimed', 'running')"
+)
+
+# JOB_LOCK_STALE: claimed|running jobs whose heartbeat is older than the threshold
+# (jobs_inflight_heartbeat_idx), oldest first, of which only those whose advisory lock
+# this session can take: a job whose worker session is still connected is never
+# handed on, however late its heartbeat.
+JOB_LOCK_STALE = (
+    "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue FROM jobs "
+    "WHERE status IN ('claimed', 'running') AND heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) "
+    "ORDER BY heartbeat_at LIMIT %(limit)s) "
+    "SELECT id, lease, status, attempt, queue FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+)
+
+# JOB_RELEASE_ORPHANS_OF_WORKER: after a reconnect, claimed jobs of this worker that it
+# does not know it holds (a claim that committed while its answer was lost with the
+# connection) go back to pending at once, no attempt counted; the worker runs no job
+# it does not know, and its old session, which had their locks, is gone.
+JOB_RELEASE_ORPHANS_OF_WORKER = (
+    "UPDATE jobs SET status = 'pending', started_at = NULL "
+    "WHERE worker_id = %(worker_id)s AND status = 'claimed' AND id <> ALL(%(held)s::bigint[]) RETURNING id"
+)
+
+# JOB_GET_FINISHED_UNDER_LEASE: of some (id, lease) pairs, the jobs whose row still
+# carries that lease but is no longer in flight: after a connection broke mid-commit,
+# an outcome that was in fact recorded (not a stale write).
+JOB_GET_FINISHED_UNDER_LEASE = (
+    "SELECT j.id FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS s(id, lease) "
+    "JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status NOT IN ('claimed', 'running')"
+)
+
+# LEADER_TRY_LOCK: the maintenance leader's session lock (reserved key); held for as
+# long as its connection lives.
+LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
+
 # ---------------------------------------------------------------------------------------
 # Dead letters
 

@@ -80,3 +80,44 @@ def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg
         connection.execute(TRUNCATE)
         yield connection
     db.close_default_pool()
+
+
+@pytest.fixture
+def ledger(conn: psycopg.Connection) -> psycopg.Connection:
+    """An empty test_ledger table (see handlers_for_tests)."""
+    from handlers_for_tests import LEDGER_CREATE
+
+    conn.execute(LEDGER_CREATE)
+    conn.execute("TRUNCATE test_ledger")
+    return conn
+
+
+@pytest.fixture
+def daemon(database_url: str, tmp_path: Path, conn: psycopg.Connection) -> Iterator:
+    """Start real `jobq worker` processes: ``daemon(concurrency=2, url=None, **env)``.
+    Every one is stopped (and its process group killed) after the test."""
+    from daemon import Daemon
+
+    started: list[Daemon] = []
+
+    def start(concurrency: int = 2, *args: str, url: str | None = None, **env: str) -> Daemon:
+        process = Daemon(url or database_url, tmp_path / f"daemon{len(started)}.log", concurrency, **env)
+        started.append(process)
+        return process.start(*args)
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL instance of the test's own (migrated), which the test may stop and start."""
+    server = EmbeddedPostgres(tmp_path / "own-pg", settings=TEST_SERVER_SETTINGS)
+    server.start()
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+    try:
+        yield server
+    finally:
+        server.delete()

@@ -1,0 +1,123 @@
+"""How fast `jobq worker` drains a backlog, and how soon an idle worker starts a job.
+
+    python benchmark/drain.py --jobs 20000 --workers 2 [--rate 200 --latency-jobs 2000]
+                              [--database-url URL] [--log-level INFO] [--json]
+
+1. Drain: enqueue N noop jobs with enqueue_many, start `jobq worker --concurrency W`,
+   wait until every job is done. Jobs/s is measured from the first claim to the last
+   completion, both read from the database (claimed_at, completed_at).
+2. Latency: with the workers idle, enqueue jobs one at a time at a steady rate and
+   report enqueue-to-start percentiles (started_at - created_at, database clock).
+
+Without --database-url an embedded PostgreSQL 16 (default settings, fsync on) is
+started for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+
+import jobq
+from common import database, emit, environment, migrated, percentiles, reset
+
+DRAIN_STATS = (
+    "SELECT count(*), extract(epoch FROM max(completed_at) - min(claimed_at)) FROM jobs WHERE status = 'done'"
+)
+START_LATENCIES = "SELECT extract(epoch FROM started_at - created_at) FROM jobs WHERE status = 'done'"
+
+
+def start_workers(url: str, workers: int, log_level: str) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": url, "JOBQ_LOG_LEVEL": log_level, "JOBQ_CONCURRENCY": str(workers)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobq", "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def stop_workers(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+def wait_done(conn: psycopg.Connection, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if jobq.counts(conn=conn).depth["done"] >= n:
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"only {jobq.counts(conn=conn).depth['done']} of {n} jobs done after {timeout} s")
+
+
+def drain(url: str, n: int, workers: int, log_level: str) -> dict:
+    reset(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for start in range(0, n, 10_000):
+            jobq.enqueue_many([{"type": "noop"}] * min(10_000, n - start), conn=conn)
+        proc = start_workers(url, workers, log_level)
+        try:
+            wait_done(conn, n, timeout=600)
+        finally:
+            stop_workers(proc)
+        done, seconds = conn.execute(DRAIN_STATS).fetchone()
+    return {"jobs": done, "seconds": round(float(seconds), 3), "jobs_per_s": round(done / float(seconds))}
+
+
+def latency(url: str, n: int, rate: float, workers: int, log_level: str) -> dict:
+    reset(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        proc = start_workers(url, workers, log_level)
+        try:
+            time.sleep(2)  # workers booted and idle
+            started = time.monotonic()
+            for i in range(n):
+                target = started + i / rate
+                delay = target - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                jobq.enqueue("noop", conn=conn)
+            wait_done(conn, n, timeout=120)
+        finally:
+            stop_workers(proc)
+        values = [float(row[0]) * 1000 for row in conn.execute(START_LATENCIES)]
+    return {"jobs": n, "rate_per_s": rate, **{k + "_ms": round(v, 2) for k, v in percentiles(values).items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--latency-jobs", type=int, default=2000)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--database-url")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    with database(args.database_url) as url:
+        migrated(url)
+        result = {
+            **environment(),
+            "workers": args.workers,
+            "log_level": args.log_level,
+            "drain": drain(url, args.jobs, args.workers, args.log_level),
+            "latency": latency(url, args.latency_jobs, args.rate, args.workers, args.log_level),
+        }
+    if args.json:
+        emit(result, True)
+    else:
+        d, lat = result["drain"], result["latency"]
+        print(f"drain    {d['jobs']:,} noop jobs, {args.workers} workers: {d['jobs_per_s']:,} jobs/s ({d['seconds']} s)")
+        print(
+            f"latency  enqueue -> start at {lat['rate_per_s']:g} jobs/s: "
+            f"p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, p99 {lat['p99_ms']} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()

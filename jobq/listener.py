@@ -1,0 +1,95 @@
+"""An idle worker's wait: LISTEN on a dedicated autocommit connection, a wake-up
+pipe, and a timeout that is the polling fallback.
+
+NOTIFY is best-effort (a notification sent while the connection is down is lost),
+so the caller always bounds the wait by the poll interval; after a reconnect the
+wait returns at once, because what was missed meanwhile is unknown.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections.abc import Sequence
+
+import psycopg
+
+from jobq import db
+from jobq.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "jobq"
+LISTEN = "LISTEN jobq"
+RECONNECT_BACKOFF_MAX = 5.0
+
+
+class Listener:
+    """Waits for a wake-up of some queues. Not thread-safe: the worker's main thread
+    owns it."""
+
+    def __init__(self, url: str, queues: Sequence[str], *, application_name: str) -> None:
+        self.url = url
+        self.queues = frozenset(queues)
+        self.application_name = application_name
+        self.conn: psycopg.Connection | None = None
+        self._next_attempt = 0.0
+        self._backoff = 0.1
+
+    def connect(self) -> bool:
+        """Open the connection and LISTEN; False (and logged) if the database is not there."""
+        try:
+            self.conn = db.connect(self.url, application_name=self.application_name)
+            self.conn.execute(LISTEN)
+        except (DatabaseUnavailable, psycopg.OperationalError) as exc:
+            self._drop(exc)
+            return False
+        self._backoff = 0.1
+        return True
+
+    def wait(self, timeout: float, wake_fds: Sequence[int] = ()) -> str:
+        """Block until a notification for our queues, a byte on a wake-up fd, or the
+        timeout. Returns ``"notified"``, ``"woken"``, ``"timeout"`` or ``"reconnected"``."""
+        deadline = time.monotonic() + timeout
+        if self.conn is None:
+            if time.monotonic() >= self._next_attempt and self.connect():
+                log.info("listener.reconnected channel=%s", CHANNEL)
+                return "reconnected"
+            return self._sleep(deadline, wake_fds)
+        while True:
+            try:
+                # Notifications that arrived during our last query are already buffered.
+                if self._ours():
+                    return "notified"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout"
+                ready, _, _ = select.select([self.conn.fileno(), *wake_fds], [], [], remaining)
+            except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+                self._drop(exc)
+                return self._sleep(deadline, wake_fds)
+            if any(fd in ready for fd in wake_fds):
+                return "woken"
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def _ours(self) -> bool:
+        assert self.conn is not None
+        return any(note.payload in self.queues for note in self.conn.notifies(timeout=0))
+
+    def _sleep(self, deadline: float, wake_fds: Sequence[int]) -> str:
+        remaining = max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select(list(wake_fds), [], [], remaining)
+        return "woken" if ready else "timeout"
+
+    def _drop(self, exc: BaseException) -> None:
+        if self.conn is not None:
+            log.warning("listener.disconnected error=%s", db.first_line(exc))
+            self.conn.close()
+        self.conn = None
+        self._next_attempt = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, RECONNECT_BACKOFF_MAX)

@@ -1,0 +1,34 @@
+"""The ``workers`` table: worker processes announce themselves, beat, and leave."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jobq import queries
+from jobq.db import Connection
+
+
+def register(conn: Connection, worker_id: str, hostname: str, pid: int, queues: Sequence[str]) -> None:
+    conn.execute(queries.WORKER_REGISTER, {"id": worker_id, "hostname": hostname, "pid": pid, "queues": list(queues)})
+
+
+def beat(conn: Connection, worker_id: str, current_job_id: int | None, jobs_done: int) -> bool:
+    """Refresh the worker's row; False when the row is gone (removed as stale while
+    the process was stopped): register again."""
+    cur = conn.execute(
+        queries.WORKER_HEARTBEAT, {"id": worker_id, "current_job_id": current_job_id, "jobs_done": jobs_done}
+    )
+    return cur.rowcount == 1
+
+
+def leave(conn: Connection, worker_id: str) -> None:
+    conn.execute(queries.WORKER_DELETE, {"id": worker_id})
+
+
+def remove_stale(conn: Connection, stale_seconds: float) -> list[str]:
+    """Delete the rows of workers whose heartbeat stopped; return their ids."""
+    return [row[0] for row in conn.execute(queries.WORKER_DELETE_IF_STALE, {"stale_seconds": stale_seconds})]
+
+
+def count_active(conn: Connection, stale_seconds: float) -> int:
+    return int(conn.execute(queries.WORKER_COUNT_ACTIVE, {"stale_seconds": stale_seconds}).fetchone()[0])  # type: ignore[index]

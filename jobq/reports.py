@@ -1,0 +1,124 @@
+"""What crosses the pipes of the daemon, one text line per message.
+
+Worker -> supervisor (the worker's report pipe):
+    ``S <job_id> <lease> <deadline> <timeout>``  started a job; deadline on the
+                                                 system-wide monotonic clock
+    ``I``                                        idle: no job running
+    ``B <reason>``                               cannot boot (then exits)
+
+Supervisor -> maintenance:
+    ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
+    settle its in-flight jobs. ``kind`` is ``crash``, ``timeout`` or ``shutdown``;
+    job_id and lease are 0 when it ran no job.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+
+PIPE_SIZE = 1 << 20  # room for seconds of per-job reports between two supervisor reads
+_F_SETPIPE_SZ = 1031
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    job_id: int
+    lease: int
+    deadline: float
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class BootError:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    worker_id: str
+    job_id: int  # 0: no job was running
+    lease: int
+    kind: str  # crash | timeout | shutdown
+    timeout: float
+    detail: str
+
+
+Message = Started | Idle | BootError | Gone
+
+
+def encode(message: Message) -> bytes:
+    if isinstance(message, Started):
+        line = f"S {message.job_id} {message.lease} {message.deadline:.3f} {message.timeout:g}"
+    elif isinstance(message, Idle):
+        line = "I"
+    elif isinstance(message, BootError):
+        line = "B " + _one_line(message.reason)
+    else:
+        line = (
+            f"G {message.worker_id} {message.job_id} {message.lease} {message.kind} "
+            f"{message.timeout:g} {_one_line(message.detail)}"
+        )
+    return line.encode("utf-8", "replace") + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    """Parse one line (without its newline). Raises ValueError on garbage."""
+    text = line.decode("utf-8", "replace")
+    tag, _, rest = text.partition(" ")
+    if tag == "S":
+        job_id, lease, deadline, timeout = rest.split(" ")
+        return Started(int(job_id), int(lease), float(deadline), float(timeout))
+    if tag == "I":
+        return Idle()
+    if tag == "B":
+        return BootError(rest)
+    if tag == "G":
+        worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
+        return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
+    raise ValueError(f"unknown report {text[:40]!r}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Reader:
+    """Reads whole messages from a non-blocking pipe as they arrive."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._partial = b""
+
+    def read(self) -> tuple[list[Message], bool]:
+        """The messages available now, and whether the writer has closed the pipe."""
+        chunks, closed = [], False
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                closed = True
+                break
+            chunks.append(chunk)
+        data = self._partial + b"".join(chunks)
+        *lines, self._partial = data.split(b"\n")
+        return [decode(line) for line in lines if line], closed
+
+
+def report_pipe() -> tuple[int, int]:
+    """A pipe (read end non-blocking, both ends close-on-exec) sized for bursts."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    try:
+        fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:  # over /proc/sys/fs/pipe-max-size: the default size still works
+        pass
+    return read_fd, write_fd

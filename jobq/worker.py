@@ -1,0 +1,440 @@
+"""A worker process: claim due jobs of its queues, run them one at a time, record
+their outcomes, and sleep on LISTEN when there is nothing to do.
+
+The supervisor builds a :class:`Worker` before the fork and calls :meth:`run` in the
+child; everything that opens a file, a socket or a connection happens there. The
+loop, top to bottom::
+
+    exchange: write the buffered outcomes and claim the next batch, one round trip
+    nothing claimed -> report idle, wait (notification, poll interval, next run_at)
+    run the batch: one job at a time, outcome into the buffer, flushed within
+                   FLUSH_AFTER seconds or with the next claim
+    stop asked -> give back claimed jobs, flush, leave
+
+Short jobs are claimed in batches (the size doubles while jobs stay short and drops
+to 1 when one is long), and a job goes from claimed straight to done with its
+started_at; the heartbeat thread marks a job running once it has run DEFER_RUNNING
+seconds, and then hands the rest of its batch back so that no idle worker waits
+behind a long job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import psycopg
+
+from jobq import claims, execution, locks, presence, reports
+from jobq.backoff import retry_delay
+from jobq.claims import Claimed, Held
+from jobq.errors import DatabaseUnavailable, SchemaError, UnknownJobType
+from jobq.handlers import registry
+from jobq.heartbeat import DEFER_RUNNING, Heartbeat
+from jobq.listener import Listener
+from jobq.migrate import check_schema
+from jobq.session import ClaimSession
+from jobq.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_BOOT_ERROR = 3
+
+FLUSH_AFTER = 0.005  # seconds an outcome may wait in the buffer while the batch goes on
+SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
+IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
+
+
+def worker_name(hostname: str, pid: int, token: str) -> str:
+    """A worker's id, in ``workers.id`` and ``jobs.worker_id``: host, pid, and a token
+    drawn at spawn so that a reused pid is a different worker."""
+    return f"{hostname}:{pid}:{token}"
+
+
+class BootFailure(Exception):
+    """The worker cannot start (a handler module does not import, the schema is too old)."""
+
+
+@dataclass
+class Running:
+    """The job the main thread is running now."""
+
+    claimed: Claimed
+    held: Held
+    started: float
+    marked: bool = False  # written as running (by the heartbeat thread)
+
+
+@dataclass
+class Outcome:
+    held: Held
+    claimed: Claimed
+    result: execution.RunResult
+    delay: float = 0.0
+    max_retries: int | None = None
+
+
+@dataclass
+class Buffer:
+    """Outcomes run but not yet written; the oldest one's time bounds the wait."""
+
+    done: list[Outcome] = field(default_factory=list)
+    failed: list[Outcome] = field(default_factory=list)
+    oldest: float | None = None
+
+    def add(self, outcome: Outcome) -> None:
+        (self.done if outcome.result.ok else self.failed).append(outcome)
+        if self.oldest is None:
+            self.oldest = time.monotonic()
+
+    def take(self) -> tuple[list[Outcome], list[Outcome]]:
+        taken = self.done, self.failed
+        self.done, self.failed, self.oldest = [], [], None
+        return taken
+
+
+class Worker:
+    """One worker process. The constructor has no side effects; :meth:`run` does the work."""
+
+    def __init__(self, settings: Settings, token: str, report_fd: int) -> None:
+        self.settings = settings
+        self.token = token
+        self.report_fd = report_fd
+        self.worker_id = ""  # known in the child: worker_name(host, pid, token)
+        self.parent_pid = 0
+        self.queues = list(settings.queues)
+        self.lock_base = locks.key(settings.advisory_namespace, 0)
+        self.stopping = threading.Event()
+        self.stop_reason = ""
+        self.state_lock = threading.Lock()
+        self.batch: deque[Claimed] = deque()
+        self.current: Running | None = None
+        self.buffer = Buffer()
+        self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
+        self.jobs_done = 0  # outcomes recorded
+        self.batch_size = 1
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Boot, work until asked to stop, leave. Returns the process exit code."""
+        self.worker_id = worker_name(socket.gethostname(), os.getpid(), self.token)
+        self.parent_pid = os.getppid()
+        try:
+            self.boot()
+        except BootFailure as exc:
+            log.error("worker.boot_failed worker=%s reason=%s", self.worker_id, exc)
+            self.report(reports.BootError(str(exc)))
+            return EXIT_BOOT_ERROR
+        except DatabaseUnavailable:
+            log.info("worker.exited worker=%s reason=%s before connecting", self.worker_id, self.stop_reason)
+            return EXIT_OK
+        log.info("worker.started worker=%s queues=%s pid=%s", self.worker_id, ",".join(self.queues), os.getpid())
+        try:
+            self.work()
+        except DatabaseUnavailable:
+            pass  # asked to stop while the database was down: nothing more can be written
+        finally:
+            self.leave()
+        log.info("worker.exited worker=%s reason=%s jobs=%s", self.worker_id, self.stop_reason, self.jobs_done)
+        return EXIT_OK
+
+    def boot(self) -> None:
+        self.install_signals()
+        try:
+            registry.load(self.settings.handlers)
+        except Exception as exc:  # any error while importing a handler module stops the boot
+            raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
+        url = self.settings.require_database_url()
+        self.session = ClaimSession(url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping)
+        self.session.connect()
+        try:
+            self.session.run(lambda conn, _: check_schema(conn))
+        except SchemaError as exc:
+            raise BootFailure(str(exc)) from exc
+        self.session.run(
+            lambda conn, _: presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
+        )
+        self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
+        self.listener.connect()
+        self.heartbeat = Heartbeat(self)
+        self.heartbeat.start()
+
+    def install_signals(self) -> None:
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGTERM, self.handle_stop)
+        signal.signal(signal.SIGINT, self.handle_stop)
+        signal.signal(signal.SIGQUIT, self.handle_quit)
+        for ignored in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
+            signal.signal(ignored, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def handle_stop(self, signum: int, frame: object) -> None:
+        self.request_stop(signal.Signals(signum).name)
+
+    def handle_quit(self, signum: int, frame: object) -> None:
+        os._exit(EXIT_OK)  # immediate: the supervisor's maintenance settles our jobs
+
+    def request_stop(self, reason: str) -> None:
+        """Stop claiming; the running job finishes (signal-safe: only records)."""
+        if not self.stopping.is_set():
+            self.stop_reason = reason
+            self.stopping.set()
+
+    def leave(self) -> None:
+        with self.state_lock:
+            leftovers, self.batch = list(self.batch), deque()
+        try:
+            self.give_back(leftovers)
+            self.exchange(claim=False)
+            self.session.run(lambda conn, _: presence.leave(conn, self.worker_id))
+        except DatabaseUnavailable:
+            log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, len(self.session.held))
+        self.heartbeat.stop()
+        self.listener.close()
+        self.session.close()
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def work(self) -> None:
+        max_jobs = self.settings.max_jobs_per_child
+        while not self.stopping.is_set():
+            claimed = self.exchange(claim=True)
+            if not claimed:
+                self.report(reports.Idle())
+                self.wait_for_work()
+                continue
+            self.run_batch(claimed)
+            if max_jobs and self.jobs_run >= max_jobs:
+                self.request_stop(f"recycled after {self.jobs_run} jobs")
+
+    def wait_for_work(self) -> None:
+        next_in = self.session.run(lambda conn, _: claims.next_run_in(conn, self.queues))
+        timeout = self.settings.poll_interval
+        if next_in is not None:
+            timeout = min(timeout, max(next_in, IDLE_RECHECK))
+        self.listener.wait(timeout, [self.wake_r])
+        self.drain_wake_pipe()
+        if os.getppid() != self.parent_pid:
+            self.request_stop("parent died")
+
+    def run_batch(self, claimed: list[Claimed]) -> None:
+        with self.state_lock:
+            self.batch.extend(claimed)
+        all_short = True
+        while True:
+            with self.state_lock:
+                if self.stopping.is_set() or not self.batch:
+                    break
+                job = self.batch.popleft()
+                held = self.session.held[job.job.id]
+                self.current = Running(job, held, time.monotonic())
+            outcome = self.run_one(job, held)
+            with self.state_lock:
+                self.current = None
+            self.buffer.add(outcome)
+            all_short = all_short and outcome.result.seconds < SHORT_JOB
+            if time.monotonic() - (self.buffer.oldest or 0) >= FLUSH_AFTER:
+                self.exchange(claim=False)
+        with self.state_lock:
+            leftovers, self.batch = list(self.batch), deque()
+        self.give_back(leftovers)
+        self.batch_size = min(self.batch_size * 2, self.settings.claim_batch) if all_short else 1
+
+    def run_one(self, claimed: Claimed, held: Held) -> Outcome:
+        job = claimed.job
+        try:
+            handler: registry.Handler | None = registry.lookup(job.type)
+        except UnknownJobType:
+            handler = None
+        timeout = handler.timeout if handler and handler.timeout else self.settings.job_timeout
+        self.report(reports.Started(job.id, held.lease, time.monotonic() + timeout, timeout))
+        self.jobs_run += 1
+        result = execution.run(job)
+        if result.ok:
+            return Outcome(held, claimed, result)
+        delay = retry_delay(
+            job.attempt,
+            base=self.settings.backoff_base,
+            cap=self.settings.backoff_cap,
+            jitter=self.settings.backoff_jitter,
+        )
+        return Outcome(held, claimed, result, delay, handler.max_retries if handler else None)
+
+    # -- talking to the database ---------------------------------------------------------
+
+    def exchange(self, *, claim: bool) -> list[Claimed]:
+        """Write the buffered outcomes and, with ``claim``, claim the next batch: one
+        round trip (a pipeline), one transaction."""
+        done, failed = self.buffer.take()
+        if not done and not failed and not claim:
+            return []
+        limit = self.batch_size if claim else 0
+        if self.settings.max_jobs_per_child:
+            limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
+
+        def send(conn: psycopg.Connection, retried: bool) -> tuple[set[int], list[claims.Failure], set[int], list[Claimed]]:
+            with conn.pipeline():
+                sent_done = self.send_done(conn, done)
+                sent_failed = self.send_failed(conn, failed)
+                sent_claim = (
+                    claims.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
+                    if claim
+                    else None
+                )
+                rejected_done = sent_done.result() if sent_done else set()
+                failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
+                claimed = sent_claim.result() if sent_claim else []
+            rejected = rejected_done | rejected_failed
+            if retried and rejected:
+                rejected -= self.recorded_before_the_break(conn, done + failed, rejected)
+            if rejected:
+                self.count_rejections(conn, done + failed, rejected)
+            return rejected_done, failures, rejected, claimed
+
+        # One locked section from the write to forgetting what it recorded, so that the
+        # heartbeat never sees a recorded job as still held.
+        with self.session.lock:
+            rejected_done, failures, rejected, claimed = self.session.run(send)
+            self.settle(done, failed, failures, rejected)
+            for job in claimed:
+                self.session.held[job.job.id] = Held(job.job.id, job.job.lease, job.locked)  # type: ignore[arg-type]
+        for job in claimed:
+            log.info(
+                "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
+                job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
+            )
+        unlocked = [job for job in claimed if not job.locked]
+        if unlocked:
+            # Another session holds the job's lock: never run it here.
+            self.give_back(unlocked)
+            claimed = [job for job in claimed if job.locked]
+        return claimed
+
+    def send_done(self, conn: psycopg.Connection, done: list[Outcome]) -> claims.Deferred[set[int]] | None:
+        if not done:
+            return None
+        return claims.complete(
+            conn,
+            self.current_holds(done),
+            [o.result.result_json for o in done],  # type: ignore[misc]
+            [o.result.seconds for o in done],
+            lock_base=self.lock_base,
+        )
+
+    def send_failed(
+        self, conn: psycopg.Connection, failed: list[Outcome]
+    ) -> claims.Deferred[tuple[list[claims.Failure], set[int]]] | None:
+        if not failed:
+            return None
+        return claims.fail(
+            conn,
+            self.current_holds(failed),
+            [o.result.error for o in failed],  # type: ignore[misc]
+            [o.delay for o in failed],
+            [o.result.seconds for o in failed],
+            max_retries=[o.max_retries for o in failed],
+            lock_base=self.lock_base,
+        )
+
+    def current_holds(self, outcomes: list[Outcome]) -> list[Held]:
+        """What to present for each outcome: after a reconnect, whether we hold the lock
+        again is what the session's re-lock found."""
+        return [self.session.held.get(o.held.job_id, o.held) for o in outcomes]
+
+    def recorded_before_the_break(self, conn: psycopg.Connection, outcomes: list[Outcome], ids: set[int]) -> set[int]:
+        """Of writes rejected on a retry, those our first try had in fact committed."""
+        mine = [o.held for o in outcomes if o.held.job_id in ids]
+        rows = conn.execute(
+            claims.queries.JOB_GET_FINISHED_UNDER_LEASE,
+            {"ids": [h.job_id for h in mine], "leases": [h.lease for h in mine]},
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    def count_rejections(self, conn: psycopg.Connection, outcomes: list[Outcome], rejected: set[int]) -> None:
+        per_queue: dict[str, int] = {}
+        for o in outcomes:
+            if o.held.job_id in rejected:
+                per_queue[o.claimed.job.queue] = per_queue.get(o.claimed.job.queue, 0) + 1
+        for queue, n in per_queue.items():
+            claims.count_event(conn, queue, claims.STALE_LEASE_COUNTER, n)
+
+    def settle(
+        self, done: list[Outcome], failed: list[Outcome], failures: list[claims.Failure], rejected: set[int]
+    ) -> None:
+        """Forget recorded jobs and log each outcome."""
+        fates = {f.job_id: f for f in failures}
+        for o in done + failed:
+            job = o.claimed.job
+            self.session.held.pop(job.id, None)
+            if job.id in rejected:
+                log.warning(
+                    "job.stale_lease_rejected id=%s type=%s queue=%s attempt=%s worker=%s lease=%s",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.held.lease,
+                )
+                continue
+            self.jobs_done += 1
+            fate = fates.get(job.id)
+            if fate is None:
+                log.info(
+                    "job.succeeded id=%s type=%s queue=%s attempt=%s worker=%s duration=%.4fs",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.seconds,
+                )
+            elif fate.status == "pending":
+                log.info(
+                    "job.retry_scheduled id=%s type=%s queue=%s attempt=%s worker=%s delay=%.1fs error=%s",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.delay, _last_line(o.result.error),
+                )
+            else:
+                log.warning(
+                    "job.dead_lettered id=%s type=%s queue=%s attempt=%s worker=%s error=%s",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, _last_line(o.result.error),
+                )
+
+    def give_back(self, jobs: list[Claimed]) -> None:
+        """Return claimed jobs that will not run here to pending, no attempt counted."""
+        if not jobs:
+            return
+        with self.session.lock:
+            held = [self.session.held.pop(job.job.id) for job in jobs]
+        self.session.run(lambda conn, _: claims.release(conn, held, lock_base=self.lock_base).result())
+        log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(h.job_id) for h in held))
+
+    # -- the supervisor's pipe -----------------------------------------------------------
+
+    def report(self, message: reports.Message) -> None:
+        try:
+            os.write(self.report_fd, reports.encode(message))
+        except BlockingIOError:
+            log.warning("worker.report_dropped worker=%s: the supervisor is not reading", self.worker_id)
+        except OSError:
+            pass  # the supervisor is gone; the parent check stops us
+
+    def wake(self) -> None:
+        """Interrupt the main thread's idle wait (from another thread)."""
+        try:
+            os.write(self.wake_w, b"!")
+        except BlockingIOError:
+            pass  # already full of wake-ups
+
+    def drain_wake_pipe(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def _last_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1][:200] if lines else ""

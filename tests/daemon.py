@@ -1,0 +1,138 @@
+"""Running the real `jobq worker` as a subprocess for the daemon tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+# Short protocol timings, so that the tests run in seconds.
+FAST = {
+    "JOBQ_POLL_INTERVAL": "2",
+    "JOBQ_HEARTBEAT_INTERVAL": "0.3",
+    "JOBQ_REAPER_INTERVAL": "0.3",
+    "JOBQ_STALE_THRESHOLD": "1.5",
+    "JOBQ_GRACEFUL_TIMEOUT": "5",
+    "JOBQ_BACKOFF_BASE": "0.1",
+    "JOBQ_HANDLERS": "handlers_for_tests",
+}
+
+
+class Daemon:
+    """A `jobq worker` process with its output in a file."""
+
+    def __init__(self, url: str, log_path: Path, concurrency: int = 2, **env: str) -> None:
+        self.url = url
+        self.log_path = log_path
+        self.env = {
+            **os.environ,
+            **FAST,
+            "DATABASE_URL": url,
+            "JOBQ_CONCURRENCY": str(concurrency),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])),
+            **env,
+        }
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, *args: str) -> Daemon:
+        self.log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jobq", "worker", *args],
+            env=self.env,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Leave nothing running: TERM, then KILL of the whole session."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for pid in worker_pids_of_session(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=15)
+        self.log_file.close()
+
+
+def worker_pids_of_session(sid: int) -> list[int]:
+    """Processes of a session (workers are in process groups of their own within it)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == sid and int(entry.name) != sid:
+                    pids.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return pids
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
+    """Poll until ``condition()`` is truthy; fail the test naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def scalar(conn: psycopg.Connection, query: str, *params: object) -> object:
+    """The first column of the first row, or None without a row."""
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def worker_pids(conn: psycopg.Connection) -> list[int]:
+    return [pid for (pid,) in conn.execute("SELECT pid FROM workers ORDER BY started_at")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is not alive
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,74 @@
+"""Job types for the daemon tests, loaded by workers through JOBQ_HANDLERS.
+
+``ledger_*`` handlers insert (job id, lease, pid) into test_ledger after their work,
+on a connection of their own, so a test can count how many times each job really
+ran to completion.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import time
+
+import psycopg
+
+import jobq
+
+LEDGER_CREATE = (
+    "CREATE TABLE IF NOT EXISTS test_ledger "
+    "(job_id bigint NOT NULL, lease bigint, pid integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+)
+LEDGER_INSERT = "INSERT INTO test_ledger (job_id, lease, pid) VALUES (%s, %s, %s)"
+
+_conn: psycopg.Connection | None = None
+
+
+def _ledger(job: jobq.Job) -> dict:
+    global _conn
+    if _conn is None or _conn.closed or _conn.broken:
+        _conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger")
+    _conn.execute(LEDGER_INSERT, (job.id, job.lease, os.getpid()))
+    return {"pid": os.getpid()}
+
+
+@jobq.register("ledger")
+def ledger(job: jobq.Job) -> dict:
+    return _ledger(job)
+
+
+@jobq.register("ledger_sleep")
+def ledger_sleep(job: jobq.Job) -> dict:
+    time.sleep(job.payload.get("seconds", 1))
+    return _ledger(job)
+
+
+@jobq.register("ledger_burn")
+def ledger_burn(job: jobq.Job) -> dict:
+    """Holds the CPU in pure Python for payload.seconds."""
+    deadline = time.monotonic() + job.payload["seconds"]
+    n = 0
+    while time.monotonic() < deadline:
+        n = (n * 31 + 7) % 1_000_003
+    return _ledger(job)
+
+
+@jobq.register("hang", timeout=1)
+def hang(job: jobq.Job) -> None:
+    """Starts a child process (its pid goes to the ledger's lease column) and never returns."""
+    child = subprocess.Popen(["sleep", "1000"])
+    global _conn
+    _conn = _conn or psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+    _conn.execute(LEDGER_INSERT, (job.id, child.pid, os.getpid()))
+    time.sleep(10**6)
+
+
+@jobq.register("exit_now")
+def exit_now(job: jobq.Job) -> None:
+    os._exit(1)
+
+
+@jobq.register("segfault")
+def segfault(job: jobq.Job) -> None:
+    ctypes.string_at(0)

@@ -1,0 +1,111 @@
+"""The lock-aware reaper and the settlement of dead workers' jobs, driven directly."""
+
+import psycopg
+import pytest
+
+import jobq
+from jobq import claims, presence, reaper
+from jobq.settings import Settings
+from support import LOCK_BASE, advisory_locks, claim, held
+
+pytestmark = [pytest.mark.db, pytest.mark.reaper]
+
+SETTINGS = Settings.from_env({}, stale_threshold=30, backoff_base=0.1)
+
+
+@pytest.fixture
+def worker_session(database_url):
+    """A second session playing a worker; the test may close it to play its death."""
+    conn = psycopg.connect(database_url, autocommit=True)
+    yield conn
+    conn.close()
+
+
+def age_heartbeats(conn, seconds: float = 60) -> None:
+    conn.execute("UPDATE jobs SET heartbeat_at = now() - make_interval(secs => %s)", (seconds,))
+
+
+def test_stale_jobs_of_a_live_session_are_never_reclaimed(conn, worker_session):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    running, _ = claim(worker_session, 2)
+    claims.start(worker_session, held([running]), [0.0]).result()
+    age_heartbeats(conn)
+    assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).changed == 0
+    assert {job.status for job in jobq.list_jobs(conn=conn).items} == {"claimed", "running"}
+
+
+def test_stale_jobs_of_a_gone_session_are_reclaimed_by_their_state(conn, worker_session):
+    jobq.enqueue_many([{"type": "noop", "max_retries": 3}, {"type": "noop", "max_retries": 0}, {"type": "noop"}], conn=conn)
+    first, second, third = claim(worker_session, 3)
+    claims.start(worker_session, held([first, second]), [0.0, 0.0]).result()
+    worker_session.close()  # the worker's session ends: its advisory locks are gone
+    age_heartbeats(conn)
+    settled = reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
+    assert (settled.released, settled.retried, settled.dead) == (1, 1, 1)
+    retried, dead, released = (jobq.get(c.job.id, conn=conn) for c in (first, second, third))
+    assert (retried.status, retried.attempt, retried.error) == ("pending", 1, "worker lost")
+    assert dead.status == "dead" and jobq.list_dead(conn=conn).items[0].original_id == dead.id
+    assert (released.status, released.attempt, released.errors) == ("pending", 0, [])
+    assert jobq.counts(conn=conn).totals["reclaimed_total"] == 3
+    assert advisory_locks(conn) == {}
+
+
+def test_fresh_heartbeats_are_left_alone_even_without_a_session(conn, worker_session):
+    jobq.enqueue("noop", conn=conn)
+    claim(worker_session, 1)
+    worker_session.close()
+    assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).changed == 0
+
+
+def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, database_url):
+    job = jobq.enqueue("noop", max_retries=2, conn=conn)
+    for _ in range(3):
+        conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job.id,))
+        with psycopg.connect(database_url, autocommit=True) as doomed:
+            claims.start(doomed, held(claim(doomed, 1)), [0.0]).result()
+        age_heartbeats(conn)
+        reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
+    row = jobq.get(job.id, conn=conn)
+    assert row.status == "dead" and [e["error"] for e in row.errors] == ["worker lost"] * 3
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "error"),
+    [("timeout", "pending", "timeout after 7 s"), ("crash", "pending", "worker process died while running this job (exit code 1)"),
+     ("shutdown", "pending", None)],
+)
+def test_a_gone_workers_current_job_is_settled_by_why_it_is_gone(conn, worker_session, kind, status, error):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    current, queued = claim(worker_session, 2, worker_id="host:1:abc")
+    claims.start(worker_session, held([current]), [0.0]).result()
+    worker_session.close()
+    settled = reaper.settle_worker(
+        conn, SETTINGS, LOCK_BASE, worker_id="host:1:abc", job_id=current.job.id, lease=current.job.lease,
+        kind=kind, timeout=7, detail="exit code 1",
+    )
+    assert settled.busy == 0
+    row = jobq.get(current.job.id, conn=conn)
+    assert (row.status, row.error) == (status, error)
+    assert row.attempt == (0 if kind == "shutdown" else 1)
+    other = jobq.get(queued.job.id, conn=conn)
+    assert (other.status, other.attempt) == ("pending", 0)  # claimed, never started: no attempt
+    assert jobq.counts(conn=conn).totals.get("timeouts_total", 0) == (1 if kind == "timeout" else 0)
+
+
+def test_settling_a_worker_whose_session_lives_touches_nothing(conn, worker_session):
+    jobq.enqueue("noop", conn=conn)
+    (current,) = claim(worker_session, 1, worker_id="host:2:abc")
+    settled = reaper.settle_worker(
+        conn, SETTINGS, LOCK_BASE, worker_id="host:2:abc", job_id=current.job.id, lease=current.job.lease,
+        kind="crash", timeout=0, detail="exit code 1",
+    )
+    assert settled.busy == 1 and settled.changed == 0
+    assert jobq.get(current.job.id, conn=conn).status == "claimed"
+
+
+def test_rows_of_workers_whose_heartbeat_stopped_are_removed(conn):
+    presence.register(conn, "host:3:old", "host", 3, ["default"])
+    presence.register(conn, "host:4:new", "host", 4, ["default"])
+    conn.execute("UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE id = 'host:3:old'")
+    assert presence.remove_stale(conn, 30) == ["host:3:old"]
+    assert presence.count_active(conn, 30) == 1
