@@ -6,6 +6,7 @@ module's namespace).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,10 +50,13 @@ def job_rows(conn: psycopg.Connection) -> int:
 
 
 def assert_error(response: Any, status: int) -> Any:
-    """``response`` is the JSON error shape with ``status``; returns its detail."""
-    assert response.status_code == status, (response.status_code, response.data[:500])
+    """``response`` (a Flask test response or a :class:`web_server.Reply`) has ``status``
+    and the JSON error shape; returns its detail."""
+    code = response.status_code if hasattr(response, "status_code") else response.status
+    data = response.data if hasattr(response, "data") else response.body
+    assert code == status, (code, data[:500])
     assert response.headers["Content-Type"].startswith("application/json")
-    body = response.get_json() if hasattr(response, "get_json") else response.json()
+    body = json.loads(data)
     assert set(body) == {"detail"}
     detail = body["detail"]
     if status == 422:

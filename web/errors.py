@@ -46,7 +46,7 @@ def validation_response(exc: ValidationError) -> Response:
     400 naming the first bad path or query parameter.
 
     flask-openapi3 calls this (``validation_error_callback``) with the error of the
-    first model that failed.
+    first model that failed; it is also the handler of any ValidationError raised.
     """
     where = LOCATIONS.get(exc.title, "body")
     issues = exc.errors(include_url=False, include_input=False, include_context=False)
@@ -61,6 +61,7 @@ def validation_response(exc: ValidationError) -> Response:
 
 def register(app: Flask) -> None:
     """Install the handlers on ``app``."""
+    app.register_error_handler(ValidationError, validation_response)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(JobqError, _jobq_error)
     app.register_error_handler(Exception, _unexpected)

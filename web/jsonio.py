@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import pydantic_core
+from pydantic import TypeAdapter
 from flask import Flask, Request, Response, request
 from flask.json.provider import JSONProvider
-from werkzeug.exceptions import BadRequest, UnsupportedMediaType
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
 from jobq.ledger import Page
 
@@ -49,14 +50,27 @@ class JsonRequest(Request):
 
 def require_json_body() -> None:
     """Parse the body of a POST as JSON before its route reads it (a ``before_request``
-    hook: authentication has run, routing has not failed).
+    hook of the routes that take a body: authentication has run).
 
     Raises werkzeug's 415 when the content type is not JSON, 400 when the body is
     not JSON, 413 when it is longer than the app's ``MAX_CONTENT_LENGTH``. The
     parsed value is cached on the request for the route's validation.
     """
-    if request.method == "POST":
-        request.get_json()
+    if request.method != "POST":
+        return
+    limit = request.max_content_length
+    if request.content_length is None and limit is not None:
+        # A body without a Content-Length (chunked) is cut at the limit by werkzeug
+        # without a word: if the client had more to send, it was too large.
+        if len(request.get_data()) >= limit and request.environ["wsgi.input"].read(1):
+            raise RequestEntityTooLarge()
+    if isinstance(request.get_json(), str):
+        # flask-openapi3 would read a JSON string as JSON text once more: refuse it
+        # for what it is (a 422, through errors.validation_response).
+        _OBJECT.validate_python(request.get_json())
+
+
+_OBJECT = TypeAdapter(dict[str, Any])
 
 
 def page_dict(page: Page[Any]) -> dict[str, Any]:

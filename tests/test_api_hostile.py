@@ -1,0 +1,122 @@
+"""Hostile input over every route: never a 5xx, always the JSON error shape, nothing stored."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from api_support import assert_error, client, make_app  # noqa: F401  (fixtures)
+
+pytestmark = [pytest.mark.api, pytest.mark.db]
+
+JSON = "application/json"
+HUGE = "9" * 5000  # more digits than Python will turn into an int
+
+
+def body(text: str | bytes, content_type: str = JSON) -> dict[str, Any]:
+    return {"data": text.encode() if isinstance(text, str) else text, "content_type": content_type}
+
+
+def job(**fields: Any) -> dict[str, Any]:
+    return {"json": {"type": "noop", **fields}}
+
+
+BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("invalid JSON", body('{"type": "noop",')),
+    ("empty body", body("")),
+    ("wrong content type", body('{"type": "noop"}', "text/plain")),
+    ("form instead of JSON", body("type=noop", "application/x-www-form-urlencoded")),
+    ("no content type", {"data": b'{"type": "noop"}'}),
+    ("NaN", body('{"type": "noop", "payload": {"x": NaN}}')),
+    ("Infinity", body('{"type": "noop", "priority": Infinity}')),
+    ("-Infinity", body('{"type": "noop", "payload": {"x": -Infinity}}')),
+    ("1e999", body('{"type": "noop", "payload": {"x": 1e999}}')),
+    ("deep nesting past the parser", body('{"type": "noop", "payload": ' + "[" * 5000 + "]" * 5000 + "}")),
+    ("deep nesting past the payload limit", body('{"type": "noop", "payload": {"a": ' + "[" * 100 + "]" * 100 + "}}")),
+    ("NUL in payload", body('{"type": "noop", "payload": {"x": "a\\u0000b"}}')),
+    ("NUL in payload key", body('{"type": "noop", "payload": {"a\\u0000": 1}}')),
+    ("NUL in type", body('{"type": "no\\u0000op"}')),
+    ("NUL in queue", body('{"type": "noop", "queue": "\\u0000"}')),
+    ("NUL in idempotency key", body('{"type": "noop", "idempotency_key": "k\\u0000"}')),
+    ("lone surrogate in payload", body('{"type": "noop", "payload": {"x": "\\ud800"}}')),
+    ("lone low surrogate in type", body('{"type": "\\udc00"}')),
+    ("invalid UTF-8", body(b'{"type": "\xff\xfe"}')),
+    ("huge integer priority", body('{"type": "noop", "priority": 100000000000000000000000000000}')),
+    ("integer past the parser", body('{"type": "noop", "priority": ' + HUGE + "}")),
+    ("huge negative max_retries", body('{"type": "noop", "max_retries": -99999999999999999999}')),
+    ("JSON null", body("null")),
+    ("JSON array", body("[]")),
+    ("JSON string holding a job", body(json.dumps(json.dumps({"type": "noop"})))),
+    ("payload is a string", job(payload="{}")),
+    ("type too long", job(type="t" * 10_000)),
+    ("run_at a number", job(run_at=1700000000)),
+    ("run_at out of range", job(run_at="99999-01-01T00:00:00")),
+    ("Idempotency-Key too long", {**job(), "headers": {"Idempotency-Key": "k" * 300}}),
+]
+
+BATCH_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("jobs missing", {"json": {}}),
+    ("jobs not a list", {"json": {"jobs": {"type": "noop"}}}),
+    ("an item not an object", {"json": {"jobs": [{"type": "noop"}, 7]}}),
+    ("an item with NUL", {"json": {"jobs": [{"type": "noop"}, {"type": "x\u0000"}]}}),
+    ("1001 jobs", {"json": {"jobs": [{"type": "noop"}] * 1001}}),
+    ("duplicate idempotency keys", {"json": {"jobs": [{"type": "a", "idempotency_key": "k"}] * 2}}),
+    ("invalid JSON", body('{"jobs": [')),
+    ("NaN", body('{"jobs": [{"type": "noop", "payload": {"x": NaN}}]}')),
+]
+
+BAD_IDS = ["0", "-1", str(2**63), str(2**64), HUGE, "abc", "1.5", "1e3", "%00", "%27%20OR%201=1", "0x10"]
+
+BAD_PAGES = [
+    "limit=-1", "limit=0", "limit=501", f"limit={2**64}", f"limit={HUGE}", "limit=abc", "limit=1.5", "limit=",
+    "offset=-1", f"offset={2**63}", f"offset={HUGE}", "offset=x",
+]
+
+BAD_JOB_FILTERS = [
+    "status=bogus", "status=%00", "status=PENDING", "type=%00", "queue=a%00b", "type=" + "t" * 300,
+    "created_after=yesterday", "created_after=99999-01-01", "created_after=" + HUGE,
+]
+
+CASES: list[tuple[str, str, dict[str, Any]]] = (
+    [("POST", "/jobs", kwargs) for _, kwargs in BODIES]
+    + [("POST", "/jobs/batch", kwargs) for _, kwargs in BATCH_BODIES]
+    + [(method, f"/jobs/{bad}", {}) for bad in BAD_IDS for method in ("GET", "DELETE")]
+    + [(method, f"/dead-letter/{bad}{suffix}", {}) for bad in BAD_IDS
+       for method, suffix in (("GET", ""), ("DELETE", ""), ("POST", "/replay"))]
+    + [("GET", f"/jobs?{query}", {}) for query in BAD_PAGES + BAD_JOB_FILTERS]
+    + [("GET", f"/dead-letter?{query}", {}) for query in BAD_PAGES + ["type=%00"]]
+    + [(method, path, {}) for path in ("/metrics", "/metrics/prometheus", "/health", "/ready", "/openapi.json", "/docs")
+       for method in ("POST", "DELETE")]
+    + [("GET", "/" + "x" * 10_000, {}), ("GET", "/jobs/1/../../etc/passwd", {}), ("TRACE", "/jobs", {})]
+)
+CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CASES)]
+
+
+@pytest.fixture
+def ledger_counts(conn):
+    def read() -> tuple[int, int, int]:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM dead_letter_jobs), "
+            "(SELECT coalesce(sum(n), 0) FROM job_counters WHERE name = 'enqueued_total')"
+        ).fetchone()
+        return tuple(row)
+
+    return read
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), CASES, ids=CASE_IDS)
+def test_hostile_input_gets_a_json_4xx_and_stores_nothing(client, ledger_counts, method, path, kwargs):
+    before = ledger_counts()
+    response = client.open(path, method=method, **kwargs)
+    assert 400 <= response.status_code < 500, (response.status_code, response.data[:300])
+    assert_error(response, response.status_code)
+    assert ledger_counts() == before
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(make_app, ledger_counts):
+    client = make_app(max_body_bytes=4096).test_client()
+    for path in ("/jobs", "/jobs/batch"):
+        assert_error(client.post(path, data=b"{" + b" " * 10_000 + b"}", content_type=JSON), 413)
+    assert ledger_counts() == (0, 0, 0)
