@@ -6,7 +6,11 @@ from dataclasses import dataclass
 
 from flask import Flask, current_app
 
+from jobq.group import GroupSubmitter
+from jobq.job import Job
 from jobq.settings import Settings
+from jobq.spec import JobSpec
+from jobq.submit import submit, submit_many
 from web.pool import Database
 
 EXTENSION = "jobq"
@@ -16,11 +20,23 @@ EXTENSION = "jobq"
 class ApiContext:
     settings: Settings
     database: Database
+    enqueuer: GroupSubmitter
+    """Inserts the jobs of concurrent ``POST /jobs`` (without idempotency keys) together."""
+
+    def submit_many(self, specs: list[JobSpec]) -> list[Job]:
+        """Insert jobs in one statement, with admission control (see :mod:`jobq.submit`):
+        a lone job by the single-row INSERT, cheaper to send than one-element arrays."""
+        limit = self.settings.max_pending
+        with self.database.connection() as conn:
+            if len(specs) == 1:
+                return [submit(specs[0], conn=conn, max_pending=limit).job]
+            return [entry.job for entry in submit_many(specs, conn=conn, max_pending=limit)]
 
 
 def attach(app: Flask, settings: Settings) -> ApiContext:
     """Give ``app`` its context (no connection is opened here)."""
-    context = ApiContext(settings, Database(settings.require_database_url()))
+    database = Database(settings.require_database_url())
+    context = ApiContext(settings, database, GroupSubmitter(lambda specs: context.submit_many(specs)))
     app.extensions[EXTENSION] = context
     return context
 

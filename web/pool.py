@@ -3,8 +3,14 @@
 Connections are in autocommit mode: every library call the routes make is a single
 statement, or a check followed by a statement that need not share a transaction with
 it (admission control, an idempotency-key read), so each request costs its
-statements' round trips and no BEGIN or COMMIT. Each connection is checked when it is
-handed out, so connections broken by a database restart are replaced, not used.
+statements' round trips and no BEGIN or COMMIT.
+
+Each connection is checked when it is handed out (:func:`check_if_disturbed`), so
+that connections broken by a database restart are replaced, not used: a server that
+ends a session says so on its socket (PostgreSQL sends an error before it closes; a
+crashed server's kernel closes the socket), and an idle connection's socket has
+nothing to read otherwise. Only a connection whose socket is readable costs a round
+trip to check, not every request.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import select
 import threading
 from collections.abc import Iterator
 
@@ -20,7 +27,7 @@ from psycopg_pool import ConnectionPool
 from jobq.db import CONNECT_TIMEOUT, Connection, database_errors
 
 POOL_MIN_SIZE = 1
-POOL_MAX_SIZE = 4  # at least Gunicorn's threads per worker (deploy/gunicorn.conf.py)
+POOL_MAX_SIZE = 8  # Gunicorn's threads per worker (deploy/gunicorn.conf.py): one each at most
 POOL_TIMEOUT = 3.0  # seconds a request waits for a connection before it answers 503
 
 
@@ -59,7 +66,7 @@ class Database:
                     min_size=POOL_MIN_SIZE,
                     max_size=POOL_MAX_SIZE,
                     kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, "application_name": "jobq-web"},
-                    check=ConnectionPool.check_connection,
+                    check=check_if_disturbed,
                     timeout=self.timeout,
                     open=False,
                     name="jobq-web",
@@ -70,3 +77,11 @@ class Database:
                 self._pid = os.getpid()
                 atexit.register(self.close)
             return self._pool
+
+
+def check_if_disturbed(conn: Connection) -> None:
+    """The pool's check: a round trip (``ConnectionPool.check_connection``, raising if
+    the connection is dead) only for a connection that received something while idle."""
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)

@@ -67,12 +67,25 @@ class Parameters(BaseModel):
 _SCHEMAS: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
 class EnqueueHeaders(Parameters):
     idempotency_key: IdempotencyKey | None = Field(
         None,
-        alias="Idempotency-Key",
+        alias=IDEMPOTENCY_KEY,
         description="A job already holding this key is returned (200) instead of a new one being added.",
     )
+
+
+def header_parameters(model: type[Parameters]) -> list[dict[str, Any]]:
+    """The OpenAPI parameters (``in: header``) of a model of headers, one per field."""
+    schema = model.model_json_schema()
+    return [
+        {"name": name, "in": "header", "required": name in schema.get("required", ()),
+         "description": field.get("description"), "schema": field}
+        for name, field in schema["properties"].items()
+    ]
 
 
 def _filter_text(max_length: int) -> Any:
