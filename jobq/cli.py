@@ -91,3 +91,79 @@ def worker(concurrency: int | None, queues: str | None) -> None:
     settings = load_settings(concurrency=concurrency, queues=queues)
     settings.require_database_url()
     sys.exit(Supervisor(settings).run())
+
+
+def database(settings: Settings) -> db.Connection:
+    """An autocommit connection for a one-shot command."""
+    return db.connect(settings.require_database_url())
+
+
+@main.command()
+@click.option("--older-than", "older_than", type=click.FloatRange(min=0), required=True,
+              help="Delete done and dead jobs that finished more than this many seconds ago.")
+def prune(older_than: float) -> None:
+    """Delete finished jobs by hand, as retention does (dead letters stay)."""
+    from jobq.retention import prune as prune_jobs
+
+    settings = load_settings()
+    with database(settings) as conn, db.database_errors():
+        deleted = prune_jobs(conn, older_than)
+    click.echo(f"jobq: deleted {deleted} finished job(s) older than {older_than:g} s")
+
+
+@main.group()
+def dead() -> None:
+    """The dead-letter table: list, replay, discard."""
+
+
+@dead.command("list")
+@click.option("--type", "job_type", help="Only this job type.")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+def dead_list(job_type: str | None, limit: int) -> None:
+    """Dead-letter rows, newest first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from jobq.dead_letter import list_dead
+
+    settings = load_settings()
+    with database(settings) as conn, db.database_errors():
+        page = list_dead(type=job_type, limit=limit, conn=conn)
+    table = Table(title=f"dead letters: {len(page.items)} of {page.total}")
+    for column in ("id", "job", "type", "queue", "attempts", "died", "replayed as", "error"):
+        table.add_column(column)
+    for row in page.items:
+        table.add_row(
+            str(row.id), str(row.original_id), row.type, row.queue, str(row.attempts),
+            f"{row.died_at:%Y-%m-%d %H:%M:%S}", str(row.replayed_as or ""), _last_line(row.error),
+        )
+    Console().print(table)
+
+
+@dead.command("replay")
+@click.argument("dead_letter_id", type=click.IntRange(min=1))
+def dead_replay(dead_letter_id: int) -> None:
+    """Enqueue a dead job again, as a new job."""
+    from jobq.dead_letter import replay
+
+    settings = load_settings()
+    with database(settings) as conn, db.database_errors():
+        job = replay(dead_letter_id, conn=conn)
+    click.echo(f"jobq: dead letter {dead_letter_id} replayed as job {job.id}")
+
+
+@dead.command("discard")
+@click.argument("dead_letter_id", type=click.IntRange(min=1))
+def dead_discard(dead_letter_id: int) -> None:
+    """Delete a dead-letter row for good."""
+    from jobq.dead_letter import discard
+
+    settings = load_settings()
+    with database(settings) as conn, db.database_errors():
+        discard(dead_letter_id, conn=conn)
+    click.echo(f"jobq: dead letter {dead_letter_id} discarded")
+
+
+def _last_line(text: str | None, width: int = 80) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1][:width] if lines else ""

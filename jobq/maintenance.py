@@ -5,8 +5,8 @@ were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as the
 locks are free.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
-``jobq worker`` against one database; one of them leads): the stale reaper and the
-removal of dead workers' rows. Each duty is a ``run_once`` that returns counts and
+``jobq worker`` against one database; one of them leads): the stale reaper, the
+removal of dead workers' rows, and retention (JOBQ_RETENTION). Each duty is a ``run_once`` that returns counts and
 logs only when it changed something.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from jobq import db, locks, presence, queries, reaper, reports
+from jobq import db, locks, presence, queries, reaper, reports, retention
 from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 
@@ -32,6 +32,7 @@ SETTLE_RETRY = 0.05  # seconds between two tries at a dead worker's locks
 SETTLE_PATIENCE = 30.0  # after this, a dead worker's jobs are left to the stale reaper
 STOP_PATIENCE = 5.0  # at shutdown, how long pending settlements may still take
 RECONNECT_BACKOFF_MAX = 5.0
+RETENTION_BUDGET = 1.0  # seconds of deleting per leader pass; the rest waits for the next one
 
 
 @dataclass
@@ -184,3 +185,5 @@ class Maintenance:
         removed = presence.remove_stale(self.conn, self.settings.stale_threshold)
         if removed:
             log.info("maintenance.workers_removed workers=%s", ",".join(removed))
+        if self.settings.retention > 0:
+            retention.prune(self.conn, self.settings.retention, budget=RETENTION_BUDGET)

@@ -263,6 +263,14 @@ JOB_GET_FINISHED_UNDER_LEASE = (
     "JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status NOT IN ('claimed', 'running')"
 )
 
+# JOB_DELETE_FINISHED_BEFORE: retention; up to %(batch)s done|dead rows finished before
+# the cut-off, oldest first (jobs_completed_idx), skipping row-locked ones, so that each
+# statement is short and holds few locks. Counters drop the depth, keep the totals.
+JOB_DELETE_FINISHED_BEFORE = (
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE completed_at < now() - make_interval(secs => %(older_than)s) "
+    "AND status IN ('done', 'dead') ORDER BY completed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+)
+
 # LEADER_TRY_LOCK: the maintenance leader's session lock (reserved key); held for as
 # long as its connection lives.
 LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
