@@ -99,6 +99,37 @@ def database(settings: Settings) -> db.Connection:
 
 
 @main.command()
+@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True, help="Seconds between refreshes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON, for scripts.")
+def inspect(watch: bool, interval: float, as_json: bool) -> None:
+    """Queue depth, workers, the oldest pending job, failures, dead letters, locks."""
+    import json
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from jobq.inspect_view import render
+    from jobq.inspection import snapshot
+
+    settings = load_settings()
+    with database(settings) as conn, db.database_errors():
+        take = lambda: snapshot(conn, namespace=settings.advisory_namespace)  # noqa: E731
+        if as_json:
+            click.echo(json.dumps(take().to_dict(), indent=2))
+        elif not watch:
+            Console().print(render(take()))
+        else:
+            try:
+                with Live(render(take()), auto_refresh=False, screen=False) as live:
+                    while True:
+                        time.sleep(interval)
+                        live.update(render(take()), refresh=True)
+            except KeyboardInterrupt:
+                pass
+
+
+@main.command()
 @click.option("--older-than", "older_than", type=click.FloatRange(min=0), required=True,
               help="Delete done and dead jobs that finished more than this many seconds ago.")
 def prune(older_than: float) -> None:

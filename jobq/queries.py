@@ -334,3 +334,45 @@ WORKER_DELETE_IF_STALE = (
 WORKER_COUNT_ACTIVE = (
     "SELECT count(*) FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
 )
+
+# ---------------------------------------------------------------------------------------
+# Inspection (jobq inspect)
+
+# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows).
+WORKER_LIST = (
+    "SELECT id, hostname, pid, queues, current_job_id, jobs_done, started_at, "
+    "extract(epoch FROM now() - heartbeat_at)::float8 FROM workers ORDER BY hostname, pid"
+)
+
+# JOB_GET_OLDEST_DUE: the oldest due pending job of each queue with pending work (one
+# probe of jobs_pending_run_at_idx per queue), oldest first.
+JOB_GET_OLDEST_DUE = (
+    "SELECT j.id, j.type, j.queue, j.run_at, extract(epoch FROM now() - j.run_at)::float8 "
+    "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "SELECT id, type, queue, run_at FROM jobs WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
+    "ORDER BY run_at LIMIT 1) AS j ORDER BY j.run_at LIMIT 1"
+)
+
+# JOB_LIST_RECENT_FAILURES: jobs whose last run failed, latest first (jobs_failed_idx).
+JOB_LIST_RECENT_FAILURES = (
+    "SELECT id, type, queue, status, attempt, max_retries, error, heartbeat_at FROM jobs "
+    "WHERE error IS NOT NULL ORDER BY heartbeat_at DESC LIMIT %(limit)s"
+)
+
+# DEAD_LETTER_COUNT_WAITING: dead letters not replayed (dead_letter_jobs_waiting_idx).
+DEAD_LETTER_COUNT_WAITING = "SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL"
+
+# DEAD_LETTER_LIST_WAITING: the latest dead letters not replayed (same index).
+DEAD_LETTER_LIST_WAITING = (
+    "SELECT id, original_id, type, queue, attempts, error, died_at FROM dead_letter_jobs "
+    "WHERE replayed_at IS NULL ORDER BY died_at DESC LIMIT %(limit)s"
+)
+
+# ADVISORY_LOCKS_OF_NAMESPACE: jobq's advisory locks held now (pg_locks shows a bigint
+# key as classid, the high 32 bits, and objid, the low 32), with their sessions.
+ADVISORY_LOCKS_OF_NAMESPACE = (
+    "SELECT ((l.classid::bigint << 32) | l.objid::bigint) & %(mask)s, l.pid, a.application_name "
+    "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND (l.classid::bigint >> 16) = %(namespace)s "
+    "ORDER BY 1"
+)
