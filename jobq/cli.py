@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -198,3 +199,19 @@ def dead_discard(dead_letter_id: int) -> None:
 def _last_line(text: str | None, width: int = 80) -> str:
     lines = (text or "").strip().splitlines()
     return lines[-1][:width] if lines else ""
+
+
+@main.command()
+@click.option("--reset", is_flag=True, help="Start with an empty embedded database.")
+@click.option("--port", type=click.IntRange(1, 65535), help="The API's port [PORT; 8000].")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".jobq"), show_default=True,
+              help="Where the embedded PostgreSQL keeps its data.")
+@click.option("--procfile", type=click.Path(path_type=Path), default=Path("Procfile"), show_default=True)
+def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
+    """Run everything locally: PostgreSQL (embedded unless DATABASE_URL is set), the API
+    and the workers, until Ctrl-C."""
+    from jobq import dev as dev_mode
+
+    settings = load_settings()
+    code = dev_mode.run(settings, data_dir=data_dir, procfile=procfile, port=port or settings.port, reset=reset)
+    sys.exit(code)

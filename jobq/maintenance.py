@@ -60,9 +60,10 @@ class Maintenance:
     def run(self) -> int:
         self.install_signals()
         reader = reports.Reader(self.command_fd)
+        parent = os.getppid()
         log.info("maintenance.started pid=%s", os.getpid())
-        closed = False
-        while not self.stopping.is_set() and not closed:
+        closed = False  # the supervisor's end of the pipe closes when it dies
+        while not self.stopping.is_set() and not closed and os.getppid() == parent:
             closed = self.receive(reader)
             self.tick()
             self.wait()
