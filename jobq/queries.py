@@ -86,9 +86,9 @@ JOB_DELETE_IF_PENDING = "DELETE FROM jobs WHERE id = %(id)s AND status = 'pendin
 # JOB_GET_STATUS: why a cancel did not delete (absent, or in which status).
 JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
 
-# COUNTERS_GET: exact depth per (queue, status) and monotonic totals, summed over the
-# per-session slots of job_counters (a table of a few hundred rows, no jobs scan).
-COUNTERS_GET = "SELECT queue, name, sum(n)::bigint FROM job_counters GROUP BY queue, name"
+# COUNTERS_GET: exact depth per (queue, type, status) and monotonic totals, summed over
+# the per-session slots of job_counters (a small table, no jobs scan).
+COUNTERS_GET = "SELECT queue, type, name, sum(n)::bigint FROM job_counters GROUP BY queue, type, name"
 
 # COUNTERS_GET_PENDING: the admission-control check; same table.
 COUNTERS_GET_PENDING = "SELECT coalesce(sum(n), 0)::bigint FROM job_counters WHERE name = 'pending'"
@@ -96,9 +96,9 @@ COUNTERS_GET_PENDING = "SELECT coalesce(sum(n), 0)::bigint FROM job_counters WHE
 # COUNTER_ADD: an event that changes no job row (a reclaim, a timeout, a rejected
 # stale write), added to this session's slot.
 COUNTER_ADD = (
-    "INSERT INTO job_counters AS c (queue, name, slot, n) "
-    "VALUES (%(queue)s, %(name)s, pg_backend_pid() %% 16, %(n)s) "
-    "ON CONFLICT (queue, name, slot) DO UPDATE SET n = c.n + excluded.n"
+    "INSERT INTO job_counters AS c (queue, type, name, slot, n) "
+    "VALUES (%(queue)s, %(type)s, %(name)s, pg_backend_pid() %% 16, %(n)s) "
+    "ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n"
 )
 
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
@@ -225,9 +225,9 @@ JOB_RELOCK_IF_LEASED = (
 # is, whose worker's session is gone. The candidates are fixed first (MATERIALIZED),
 # so no other row's lock is ever tried.
 JOB_LOCK_INFLIGHT_OF_WORKER = (
-    "WITH mine AS MATERIALIZED (SELECT id, lease, status, attempt, queue FROM jobs "
+    "WITH mine AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
     "WHERE worker_id = %(worker_id)s AND status IN ('claimed', 'running')) "
-    "SELECT id, lease, status, attempt, queue FROM mine WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+    "SELECT id, lease, status, attempt, queue, type FROM mine WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )
 
 # JOB_COUNT_INFLIGHT_OF_WORKER: how many claimed|running jobs a worker still has.
@@ -240,10 +240,10 @@ JOB_COUNT_INFLIGHT_OF_WORKER = (
 # this session can take: a job whose worker session is still connected is never
 # handed on, however late its heartbeat.
 JOB_LOCK_STALE = (
-    "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue FROM jobs "
+    "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
     "WHERE status IN ('claimed', 'running') AND heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) "
     "ORDER BY heartbeat_at LIMIT %(limit)s) "
-    "SELECT id, lease, status, attempt, queue FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+    "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )
 
 # JOB_RELEASE_ORPHANS_OF_WORKER: after a reconnect, claimed jobs of this worker that it
