@@ -271,6 +271,16 @@ JOB_DELETE_FINISHED_BEFORE = (
     "AND status IN ('done', 'dead') ORDER BY completed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
 )
 
+# COUNTER_SAMPLE_TAKE: the leader's snapshot of every total (job_counters is small).
+COUNTER_SAMPLE_TAKE = (
+    "INSERT INTO job_counter_samples (at, queue, type, name, n) "
+    "SELECT now(), queue, type, name, sum(n) FROM job_counters WHERE right(name, 6) = '_total' "
+    "GROUP BY queue, type, name"
+)
+
+# COUNTER_SAMPLE_PRUNE: samples older than the longest window anyone asks for.
+COUNTER_SAMPLE_PRUNE = "DELETE FROM job_counter_samples WHERE at < now() - make_interval(secs => %(keep_seconds)s)"
+
 # LEADER_TRY_LOCK: the maintenance leader's session lock (reserved key); held for as
 # long as its connection lives.
 LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
