@@ -23,7 +23,7 @@ import psycopg
 
 import jobq
 from common import database, emit, environment, migrated, percentiles, reset
-from drain import start_workers, stop_workers
+import stack
 from jobq import claims, locks
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
@@ -85,12 +85,9 @@ def drain_rate(url: str, n: int, workers: int) -> dict:
         if jobq.counts(conn=conn).depth["pending"] < n:
             jobq.enqueue_many([{"type": "noop"}] * n, conn=conn)
         target = jobq.counts(conn=conn).depth["done"] + n
-        proc = start_workers(url, workers, "WARNING")
-        try:
+        with stack.workers(url, workers, env={"JOBQ_LOG_LEVEL": "WARNING"}):
             while jobq.counts(conn=conn).depth["done"] < target:
                 time.sleep(0.05)
-        finally:
-            stop_workers(proc)
         done, seconds = conn.execute(DRAINED).fetchone()
     return {"jobs": done, "jobs_per_s": round(done / float(seconds))}
 
