@@ -88,7 +88,7 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
     queues = {queue: {s: depths.get(s, 0) for s in STATUSES} for queue, depths in sorted(c.queues.items())}
     workers = [WorkerRow(*row) for row in conn.execute(queries.WORKER_LIST)]
     pending_queues = [q for q, depths in queues.items() if depths["pending"]]
-    oldest = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending_queues}).fetchone()
+    oldest = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending_queues}).fetchone()  # oldest first
     failures = [
         Failure(*row[:6], _last_line(row[6]), row[7])
         for row in conn.execute(queries.JOB_LIST_RECENT_FAILURES, {"limit": RECENT})

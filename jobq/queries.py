@@ -271,11 +271,14 @@ JOB_DELETE_FINISHED_BEFORE = (
     "AND status IN ('done', 'dead') ORDER BY completed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
 )
 
-# COUNTER_SAMPLE_TAKE: the leader's snapshot of every total (job_counters is small).
+# COUNTER_SAMPLE_TAKE: the leader's snapshot of every total (job_counters is small),
+# plus one marker row, so that a sample of a queue with no totals yet still exists
+# (a rate over the window then counts everything since it).
 COUNTER_SAMPLE_TAKE = (
     "INSERT INTO job_counter_samples (at, queue, type, name, n) "
     "SELECT now(), queue, type, name, sum(n) FROM job_counters WHERE right(name, 6) = '_total' "
-    "GROUP BY queue, type, name"
+    "GROUP BY queue, type, name "
+    "UNION ALL SELECT now(), '', '', 'sample', 0"
 )
 
 # COUNTER_SAMPLE_PRUNE: samples older than the longest window anyone asks for.
@@ -354,13 +357,13 @@ WORKER_LIST = (
     "extract(epoch FROM now() - heartbeat_at)::float8 FROM workers ORDER BY hostname, pid"
 )
 
-# JOB_GET_OLDEST_DUE: the oldest due pending job of each queue with pending work (one
-# probe of jobs_pending_run_at_idx per queue), oldest first.
+# JOB_GET_OLDEST_DUE: the oldest due pending job of each of some queues (one probe of
+# jobs_pending_run_at_idx per queue), oldest first.
 JOB_GET_OLDEST_DUE = (
     "SELECT j.id, j.type, j.queue, j.run_at, extract(epoch FROM now() - j.run_at)::float8 "
     "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
     "SELECT id, type, queue, run_at FROM jobs WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
-    "ORDER BY run_at LIMIT 1) AS j ORDER BY j.run_at LIMIT 1"
+    "ORDER BY run_at LIMIT 1) AS j ORDER BY j.run_at"
 )
 
 # JOB_LIST_RECENT_FAILURES: jobs whose last run failed, latest first (jobs_failed_idx).
@@ -385,4 +388,36 @@ ADVISORY_LOCKS_OF_NAMESPACE = (
     "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND (l.classid::bigint >> 16) = %(namespace)s "
     "ORDER BY 1"
+)
+
+# ---------------------------------------------------------------------------------------
+# Metrics (jobq.metrics; every statement is bounded whatever the size of jobs)
+
+# COUNTER_SAMPLE_BASELINE: the totals of the newest sample at least %(window)s seconds
+# old (the oldest sample while the history is shorter), with its age in seconds.
+COUNTER_SAMPLE_BASELINE = (
+    "WITH base AS (SELECT coalesce(max(at) FILTER (WHERE at <= now() - make_interval(secs => %(window)s)), "
+    "min(at)) AS at FROM job_counter_samples) "
+    "SELECT s.queue, s.name, sum(s.n)::bigint, extract(epoch FROM now() - base.at)::float8 "
+    "FROM job_counter_samples AS s JOIN base ON s.at = base.at GROUP BY s.queue, s.name, base.at"
+)
+
+# JOB_LIST_RECENT_RUN_TIMES: run time and start latency of the jobs finished done in the
+# trailing window, the most recent %(limit)s at most (jobs_completed_idx, backwards).
+JOB_LIST_RECENT_RUN_TIMES = (
+    "SELECT queue, extract(epoch FROM completed_at - started_at)::float8, "
+    "extract(epoch FROM started_at - run_at)::float8 FROM jobs "
+    "WHERE completed_at > now() - make_interval(secs => %(window)s) AND status = 'done' "
+    "ORDER BY completed_at DESC LIMIT %(limit)s"
+)
+
+# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh.
+WORKER_LIST_ACTIVE_QUEUES = (
+    "SELECT queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
+)
+
+# DEAD_LETTER_COUNT_WAITING_BY_QUEUE: dead letters not replayed, per queue
+# (dead_letter_jobs_waiting_idx).
+DEAD_LETTER_COUNT_WAITING_BY_QUEUE = (
+    "SELECT queue, count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL GROUP BY queue"
 )
