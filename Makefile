@@ -1,23 +1,48 @@
-# jobq: the commands a newcomer needs. `make test` is what CI runs.
+# jobq: the commands a newcomer needs.
+#   make run    the whole system on this machine (embedded PostgreSQL, API, workers)
+#   make test   the whole test suite (what CI runs)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: test venv clean
+.PHONY: run test test-unit test-once test-dlq test-retry test-reaper test-daemon test-api coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# A plain (non-editable) install with the test extra, then the whole suite against a
-# throwaway PostgreSQL (JOBQ_TEST_DATABASE_URL, Docker, or the embedded pgserver).
-# (pytest runs as a console script, so the checkout is not on sys.path: the tests import
-# the installed package, with the migrations it ships.)
+# Installed (not editable) with the dev extra: pgserver's PostgreSQL 16 and honcho.
+run: $(BIN)/python
+	$(BIN)/python -m pip install --quiet '.[dev]'
+	$(BIN)/jobq dev $(ARGS)
+
+# A plain (non-editable) install with the test extra, then pytest against a throwaway
+# PostgreSQL (JOBQ_TEST_DATABASE_URL, Docker, or the embedded pgserver). pytest runs as a
+# console script, so the checkout is not on sys.path: the tests import the installed
+# package, with the migrations it ships.
 test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet '.[test]'
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-venv: $(BIN)/python
+# One area at a time, like the seed's run_tests.sh modes.
+test-unit:
+	$(MAKE) test PYTEST_ARGS="-m unit $(PYTEST_ARGS)"
+test-once:
+	$(MAKE) test PYTEST_ARGS="-m once $(PYTEST_ARGS)"
+test-dlq:
+	$(MAKE) test PYTEST_ARGS="-m dlq $(PYTEST_ARGS)"
+test-retry:
+	$(MAKE) test PYTEST_ARGS="-m retry $(PYTEST_ARGS)"
+test-reaper:
+	$(MAKE) test PYTEST_ARGS="-m reaper $(PYTEST_ARGS)"
+test-daemon:
+	$(MAKE) test PYTEST_ARGS="-m daemon $(PYTEST_ARGS)"
+test-api:
+	$(MAKE) test PYTEST_ARGS="-m api $(PYTEST_ARGS)"
+
+# Everything, with line coverage of the installed package; the report is htmlcov/index.html.
+coverage:
+	$(MAKE) test PYTEST_ARGS="--cov=jobq --cov=web --cov-report=term --cov-report=html $(PYTEST_ARGS)"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage

@@ -16,33 +16,18 @@ started for the run.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import psycopg
 
 import jobq
+import stack
 from common import database, emit, environment, migrated, percentiles, reset
 
 DRAIN_STATS = (
     "SELECT count(*), extract(epoch FROM max(completed_at) - min(claimed_at)) FROM jobs WHERE status = 'done'"
 )
 START_LATENCIES = "SELECT extract(epoch FROM started_at - created_at) FROM jobs WHERE status = 'done'"
-
-
-def start_workers(url: str, workers: int, log_level: str) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": url, "JOBQ_LOG_LEVEL": log_level, "JOBQ_CONCURRENCY": str(workers)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobq", "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-
-def stop_workers(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
 
 
 def wait_done(conn: psycopg.Connection, n: int, timeout: float) -> None:
@@ -59,11 +44,8 @@ def drain(url: str, n: int, workers: int, log_level: str) -> dict:
     with psycopg.connect(url, autocommit=True) as conn:
         for start in range(0, n, 10_000):
             jobq.enqueue_many([{"type": "noop"}] * min(10_000, n - start), conn=conn)
-        proc = start_workers(url, workers, log_level)
-        try:
+        with stack.workers(url, workers, env={"JOBQ_LOG_LEVEL": log_level}):
             wait_done(conn, n, timeout=600)
-        finally:
-            stop_workers(proc)
         done, seconds = conn.execute(DRAIN_STATS).fetchone()
     return {"jobs": done, "seconds": round(float(seconds), 3), "jobs_per_s": round(done / float(seconds))}
 
@@ -71,8 +53,7 @@ def drain(url: str, n: int, workers: int, log_level: str) -> dict:
 def latency(url: str, n: int, rate: float, workers: int, log_level: str) -> dict:
     reset(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        proc = start_workers(url, workers, log_level)
-        try:
+        with stack.workers(url, workers, env={"JOBQ_LOG_LEVEL": log_level}):
             time.sleep(2)  # workers booted and idle
             started = time.monotonic()
             for i in range(n):
@@ -82,8 +63,6 @@ def latency(url: str, n: int, rate: float, workers: int, log_level: str) -> dict
                     time.sleep(delay)
                 jobq.enqueue("noop", conn=conn)
             wait_done(conn, n, timeout=120)
-        finally:
-            stop_workers(proc)
         values = [float(row[0]) * 1000 for row in conn.execute(START_LATENCIES)]
     return {"jobs": n, "rate_per_s": rate, **{k + "_ms": round(v, 2) for k, v in percentiles(values).items()}}
 

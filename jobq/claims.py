@@ -196,9 +196,9 @@ def next_run_in(conn: Connection, queues: Sequence[str]) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
-def count_event(conn: Connection, queue: str, name: str, n: int = 1) -> None:
+def count_event(conn: Connection, queue: str, job_type: str, name: str, n: int = 1) -> None:
     """Add ``n`` to an event counter (reclaims, timeouts, stale-lease rejections)."""
-    conn.execute(queries.COUNTER_ADD, {"queue": queue, "name": name, "n": n})
+    conn.execute(queries.COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
 
 
 def _held_params(jobs: Sequence[Held], lock_base: int) -> dict[str, Any]:

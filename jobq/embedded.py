@@ -36,7 +36,7 @@ def binaries() -> Path:
     except ImportError:
         raise ConfigError(
             "DATABASE_URL",
-            "is not set and the embedded PostgreSQL is not installed: pip install 'jobq[embedded]' "
+            "is not set and the embedded PostgreSQL is not installed: pip install 'jobq[dev]' "
             "(CPython 3.11-3.12), or point DATABASE_URL at a server",
         ) from None
     return Path(POSTGRES_BIN_PATH)

@@ -90,27 +90,32 @@ def cancel(job_id: int, *, conn: Connection | None = None) -> None:
 
 @dataclass(frozen=True)
 class Counts:
-    """Exact depth per status and monotonic totals, overall and per queue."""
+    """Exact depth per status (all six, zeros included) and monotonic totals: overall,
+    per queue and per type (``queues[q]`` and ``types[t]`` hold both kinds of names)."""
 
     depth: dict[str, int]
     totals: dict[str, int]
     queues: dict[str, dict[str, int]] = field(default_factory=dict)
+    types: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def counts(*, conn: Connection | None = None) -> Counts:
-    """Depth per status (all six, zeros included) and totals, from the counters table."""
-    per_queue: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
+    """Read the counters table (a few hundred rows, never a scan of jobs)."""
     depth = dict.fromkeys(STATUSES, 0)
     totals: dict[str, int] = defaultdict(int)
+    per_queue: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
+    per_type: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
     with connection(conn) as c:
         rows = c.execute(queries.COUNTERS_GET).fetchall()
-    for queue, name, n in rows:
-        per_queue[queue][name] = int(n)
+    for queue, job_type, name, n in rows:
+        n = int(n)
+        per_queue[queue][name] = per_queue[queue].get(name, 0) + n
+        per_type[job_type][name] = per_type[job_type].get(name, 0) + n
         if name in depth:
-            depth[name] += int(n)
+            depth[name] += n
         else:
-            totals[name] += int(n)
-    return Counts(depth, dict(totals), dict(per_queue))
+            totals[name] += n
+    return Counts(depth, dict(totals), dict(per_queue), dict(per_type))
 
 
 def check_id(value: Any, field_name: str = "id") -> None:

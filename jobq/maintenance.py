@@ -5,8 +5,9 @@ were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as the
 locks are free.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
-``jobq worker`` against one database; one of them leads): the stale reaper and the
-removal of dead workers' rows. Each duty is a ``run_once`` that returns counts and
+``jobq worker`` against one database; one of them leads): the stale reaper, the
+removal of dead workers' rows, retention (JOBQ_RETENTION), and the samples of the
+counters that trailing-window metrics are computed from. Each duty is a ``run_once`` that returns counts and
 logs only when it changed something.
 """
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from jobq import db, locks, presence, queries, reaper, reports
+from jobq import db, locks, metrics_samples, presence, queries, reaper, reports, retention
 from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 
@@ -32,6 +33,8 @@ SETTLE_RETRY = 0.05  # seconds between two tries at a dead worker's locks
 SETTLE_PATIENCE = 30.0  # after this, a dead worker's jobs are left to the stale reaper
 STOP_PATIENCE = 5.0  # at shutdown, how long pending settlements may still take
 RECONNECT_BACKOFF_MAX = 5.0
+RETENTION_BUDGET = 1.0  # seconds of deleting per leader pass; the rest waits for the next one
+SAMPLE_INTERVAL = 5.0  # seconds between two samples of the totals (trailing-window rates)
 
 
 @dataclass
@@ -53,15 +56,18 @@ class Maintenance:
         self.conn: psycopg.Connection | None = None
         self.leader = False
         self.next_lead = 0.0
+        self.next_reap = 0.0
+        self.next_sample = 0.0
         self.reconnect_delay = 0.1
         self.next_connect = 0.0
 
     def run(self) -> int:
         self.install_signals()
         reader = reports.Reader(self.command_fd)
+        parent = os.getppid()
         log.info("maintenance.started pid=%s", os.getpid())
-        closed = False
-        while not self.stopping.is_set() and not closed:
+        closed = False  # the supervisor's end of the pipe closes when it dies
+        while not self.stopping.is_set() and not closed and os.getppid() == parent:
             closed = self.receive(reader)
             self.tick()
             self.wait()
@@ -117,7 +123,7 @@ class Maintenance:
             self.settle_pending()
             if lead and time.monotonic() >= self.next_lead:
                 self.lead()
-                self.next_lead = time.monotonic() + self.settings.reaper_interval
+                self.next_lead = time.monotonic() + min(self.settings.reaper_interval, SAMPLE_INTERVAL)
         except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable) as exc:
             log.warning("maintenance.db_error error=%s", db.first_line(exc))
             self.disconnect()
@@ -173,14 +179,22 @@ class Maintenance:
         self.pending = still
 
     def lead(self) -> None:
-        """Cluster-wide duties, only under the leader lock."""
+        """Cluster-wide duties, only under the leader lock, each on its own interval."""
         assert self.conn is not None
         if not self.leader:
             self.leader = bool(self.conn.execute(queries.LEADER_TRY_LOCK, {"key": self.leader_key}).fetchone()[0])  # type: ignore[index]
             if not self.leader:
                 return
             log.info("maintenance.leadership_acquired pid=%s", os.getpid())
-        reaper.reap_stale(self.conn, self.settings, self.lock_base)
-        removed = presence.remove_stale(self.conn, self.settings.stale_threshold)
-        if removed:
-            log.info("maintenance.workers_removed workers=%s", ",".join(removed))
+        now = time.monotonic()
+        if now >= self.next_sample:
+            metrics_samples.take(self.conn)
+            self.next_sample = now + SAMPLE_INTERVAL
+        if now >= self.next_reap:
+            reaper.reap_stale(self.conn, self.settings, self.lock_base)
+            removed = presence.remove_stale(self.conn, self.settings.stale_threshold)
+            if removed:
+                log.info("maintenance.workers_removed workers=%s", ",".join(removed))
+            if self.settings.retention > 0:
+                retention.prune(self.conn, self.settings.retention, budget=RETENTION_BUDGET)
+            self.next_reap = now + self.settings.reaper_interval

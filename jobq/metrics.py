@@ -1,66 +1,204 @@
 """Queue metrics, computed from the database when asked: :func:`snapshot`.
 
-Depth and totals come from the ``job_counters`` table (exact, no scan of ``jobs``);
-the trailing-window values from the finished rows of the last ``window`` seconds
-(an index range scan on ``completed_at``). The web app's ``/metrics`` and
+Every value comes from a bounded read, whatever the size of the ``jobs`` table, so a
+scrape costs the same with a million finished jobs as with none:
+
+- depth and totals from ``job_counters`` (exact, kept by triggers);
+- rates (``jobs_per_second``, ``error_rate``) from the difference between the live
+  totals and the sample the maintenance leader took a window ago
+  (``job_counter_samples``);
+- run times and start latencies from the most recent completions in the window (at
+  most RECENT_ROWS, read backwards along ``jobs_completed_idx``);
+- the oldest due pending job from one index probe per queue.
+
+The statements go in one pipeline: one round trip. The web app's ``/metrics`` and
 ``/metrics/prometheus`` render the same :class:`Metrics`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from jobq import queries
 from jobq.db import Connection, connection
-from jobq.ledger import counts
+from jobq.job import STATUSES
+from jobq.ledger import Counts, counts
 
-DEFAULT_WINDOW = 60.0  # seconds: the trailing window of jobs_per_second and avg_execution_seconds
+WINDOW = 60.0  # seconds: the trailing window of rates, run times and latencies
+RECENT_ROWS = 2000  # most completions read for run times and latencies
+MIN_RATE_SPAN = 1.0  # a rate over a shorter history than this is not reported
+
+EVENT_TOTALS = ("reclaimed_total", "timeouts_total", "stale_lease_rejections_total")
 
 
 @dataclass(frozen=True, slots=True)
-class Metrics:
-    """One reading of the queue, under the seed's field names."""
+class Quantiles:
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Quantiles:
+        if not values:
+            return cls(None, None, None)
+        if len(values) == 1:
+            return cls(values[0], values[0], values[0])
+        cuts = statistics.quantiles(values, n=100, method="inclusive")
+        return cls(cuts[49], cuts[94], cuts[98])
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The metrics of one scope: the whole queue, or one named queue."""
 
     queue_depth: dict[str, int]
-    """Jobs in each of the six statuses now, zeros included."""
+    """Jobs in each of the six statuses now, zeros included (exact)."""
     active_workers: int
-    """Worker processes whose heartbeat is fresher than the stale threshold."""
+    """Worker processes with a fresh heartbeat (serving this queue)."""
+    running_jobs: int
     jobs_per_second: float
-    """Jobs finished done in the trailing window, per second."""
+    """Completions (done) in the trailing window, per second."""
     error_rate: float
-    """Failed runs / (failed runs + successful runs), all time; 0.0 before any run."""
+    """Failed runs / finished runs (done + failed) in the trailing window; 0 without runs."""
     avg_execution_seconds: float | None
-    """Mean run time of the jobs finished done in the trailing window; None if none."""
+    """Mean started -> completed of the jobs done in the window; None without any."""
+    execution_seconds: Quantiles
+    start_latency_seconds: Quantiles
+    """run_at (created_at for jobs due at once) -> started, jobs done in the window."""
+    oldest_pending_age_seconds: float | None
+    """How long the oldest due pending job has been due; None when nothing is due."""
     total_jobs: int
-    """Jobs ever enqueued (counted at enqueue)."""
+    """Jobs ever enqueued (monotonic; an enqueue counts at once)."""
     dead_letter_count: int
-    """Rows in the dead-letter table."""
+    """Dead letters not replayed."""
+    reclaimed_total: int
+    timeouts_total: int
+    stale_lease_rejections_total: int
+    jobs_total: dict[str, int]
+    """Monotonic totals by outcome: enqueued, done, failed (runs), dead."""
+    execution_seconds_sum: float
+    execution_seconds_count: int
+
+
+@dataclass(frozen=True)
+class Metrics(Figures):
+    """The whole queue, with a breakdown per queue and per type."""
+
+    queues: dict[str, Figures] = dataclasses.field(default_factory=dict)
+    types: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Per job type: depth per status and totals (exact, from the counters)."""
+    window_seconds: float = WINDOW
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a JSON-ready dict."""
         return dataclasses.asdict(self)
 
 
-def snapshot(*, stale_seconds: float, window: float = DEFAULT_WINDOW, conn: Connection | None = None) -> Metrics:
-    """Read the metrics now, in two round trips.
+@dataclass
+class _Window:
+    """Raw trailing-window readings of one scope."""
 
-    ``stale_seconds`` is the heartbeat age past which a worker no longer counts as
-    active (``JOBQ_STALE_THRESHOLD``). Raises :class:`DatabaseUnavailable`.
-    """
+    span: float = 0.0  # seconds between the baseline sample and now
+    done: int = 0
+    failed_runs: int = 0
+    run_times: list[float] = dataclasses.field(default_factory=list)
+    latencies: list[float] = dataclasses.field(default_factory=list)
+
+
+def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection | None = None) -> Metrics:
+    """Read the metrics now, in one round trip. ``stale_seconds`` is the heartbeat age
+    past which a worker no longer counts (JOBQ_STALE_THRESHOLD). Raises
+    DatabaseUnavailable."""
     with connection(conn) as c:
-        reading = counts(conn=c)
-        row = c.execute(queries.METRICS_SNAPSHOT, {"stale_seconds": stale_seconds, "window": window}).fetchone()
-    active, done_in_window, avg_seconds, dead_letters = row  # type: ignore[misc]
-    done = reading.totals.get("done_total", 0)
-    failed = reading.totals.get("failed_runs_total", 0)
+        with c.pipeline():
+            cur_samples = c.execute(queries.COUNTER_SAMPLE_BASELINE, {"window": window})
+            cur_runs = c.execute(queries.JOB_LIST_RECENT_RUN_TIMES, {"window": window, "limit": RECENT_ROWS})
+            cur_workers = c.execute(queries.WORKER_LIST_ACTIVE_QUEUES, {"stale_seconds": stale_seconds})
+            cur_dead = c.execute(queries.DEAD_LETTER_COUNT_WAITING_BY_QUEUE)
+            reading = counts(conn=c)
+            pending = [q for q, d in reading.queues.items() if d.get("pending")]
+            cur_oldest = c.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending})
+            samples, runs = cur_samples.fetchall(), cur_runs.fetchall()
+            worker_queues = [queues for (queues,) in cur_workers.fetchall()]
+            dead = {queue: int(n) for queue, n in cur_dead.fetchall()}
+            oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
+    windows = _windows(reading, samples, runs)
+    queue_names = sorted(set(reading.queues) | set(dead))
+    per_queue = {
+        q: _figures(
+            reading.queues.get(q, {}),
+            windows.get(q, _Window()),
+            active=sum(1 for queues in worker_queues if q in queues),
+            oldest=oldest.get(q),
+            dead=dead.get(q, 0),
+        )
+        for q in queue_names
+    }
+    overall = _figures(
+        {**dict(reading.totals), **reading.depth},
+        windows.get(None, _Window()),
+        active=len(worker_queues),
+        oldest=max(oldest.values(), default=None),
+        dead=sum(dead.values()),
+    )
     return Metrics(
-        queue_depth=reading.depth,
-        active_workers=int(active),
-        jobs_per_second=int(done_in_window) / window,
-        error_rate=failed / (done + failed) if done + failed else 0.0,
-        avg_execution_seconds=float(avg_seconds) if avg_seconds is not None else None,
-        total_jobs=reading.totals.get("enqueued_total", 0),
-        dead_letter_count=int(dead_letters),
+        **{f.name: getattr(overall, f.name) for f in dataclasses.fields(Figures)},
+        queues=per_queue,
+        types={t: {name: n for name, n in sorted(values.items())} for t, values in sorted(reading.types.items())},
+        window_seconds=window,
+    )
+
+
+def _windows(reading: Counts, samples: Iterable[tuple], runs: Iterable[tuple]) -> dict[str | None, _Window]:
+    """Trailing-window readings per queue and overall (key None)."""
+    base: dict[tuple[str, str], int] = {}
+    span = 0.0
+    for queue, name, n, age in samples:
+        base[(queue, name)] = int(n)
+        span = float(age)
+    windows: dict[str | None, _Window] = defaultdict(lambda: _Window(span=span))
+    if span >= MIN_RATE_SPAN:
+        for queue, values in reading.queues.items():
+            done = values.get("done_total", 0) - base.get((queue, "done_total"), 0)
+            failed = values.get("failed_runs_total", 0) - base.get((queue, "failed_runs_total"), 0)
+            for key in (queue, None):
+                windows[key].done += done
+                windows[key].failed_runs += failed
+    for queue, run_time, latency in runs:
+        for key in (queue, None):
+            windows[key].run_times.append(max(0.0, run_time))
+            windows[key].latencies.append(max(0.0, latency))
+    return windows
+
+
+def _figures(values: dict[str, int], window: _Window, *, active: int, oldest: float | None, dead: int) -> Figures:
+    depth = {status: int(values.get(status, 0)) for status in STATUSES}
+    span = window.span
+    finished = window.done + window.failed_runs
+    runs = sorted(window.run_times)
+    return Figures(
+        queue_depth=depth,
+        active_workers=active,
+        running_jobs=depth["running"],
+        jobs_per_second=round(window.done / span, 3) if span >= MIN_RATE_SPAN else 0.0,
+        error_rate=round(window.failed_runs / finished, 4) if finished else 0.0,
+        avg_execution_seconds=statistics.fmean(runs) if runs else None,
+        execution_seconds=Quantiles.of(runs),
+        start_latency_seconds=Quantiles.of(sorted(window.latencies)),
+        oldest_pending_age_seconds=oldest,
+        total_jobs=int(values.get("enqueued_total", 0)),
+        dead_letter_count=dead,
+        **{name: int(values.get(name, 0)) for name in EVENT_TOTALS},  # type: ignore[arg-type]
+        jobs_total={
+            "enqueued": int(values.get("enqueued_total", 0)),
+            "done": int(values.get("done_total", 0)),
+            "failed": int(values.get("failed_runs_total", 0)),
+            "dead": int(values.get("dead_total", 0)),
+        },
+        execution_seconds_sum=sum(runs),
+        execution_seconds_count=len(runs),
     )

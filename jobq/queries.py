@@ -86,9 +86,9 @@ JOB_DELETE_IF_PENDING = "DELETE FROM jobs WHERE id = %(id)s AND status = 'pendin
 # JOB_GET_STATUS: why a cancel did not delete (absent, or in which status).
 JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
 
-# COUNTERS_GET: exact depth per (queue, status) and monotonic totals, summed over the
-# per-session slots of job_counters (a table of a few hundred rows, no jobs scan).
-COUNTERS_GET = "SELECT queue, name, sum(n)::bigint FROM job_counters GROUP BY queue, name"
+# COUNTERS_GET: exact depth per (queue, type, status) and monotonic totals, summed over
+# the per-session slots of job_counters (a small table, no jobs scan).
+COUNTERS_GET = "SELECT queue, type, name, sum(n)::bigint FROM job_counters GROUP BY queue, type, name"
 
 # COUNTERS_GET_PENDING: the admission-control check; same table.
 COUNTERS_GET_PENDING = "SELECT coalesce(sum(n), 0)::bigint FROM job_counters WHERE name = 'pending'"
@@ -96,9 +96,9 @@ COUNTERS_GET_PENDING = "SELECT coalesce(sum(n), 0)::bigint FROM job_counters WHE
 # COUNTER_ADD: an event that changes no job row (a reclaim, a timeout, a rejected
 # stale write), added to this session's slot.
 COUNTER_ADD = (
-    "INSERT INTO job_counters AS c (queue, name, slot, n) "
-    "VALUES (%(queue)s, %(name)s, pg_backend_pid() %% 16, %(n)s) "
-    "ON CONFLICT (queue, name, slot) DO UPDATE SET n = c.n + excluded.n"
+    "INSERT INTO job_counters AS c (queue, type, name, slot, n) "
+    "VALUES (%(queue)s, %(type)s, %(name)s, pg_backend_pid() %% 16, %(n)s) "
+    "ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n"
 )
 
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
@@ -225,9 +225,9 @@ JOB_RELOCK_IF_LEASED = (
 # is, whose worker's session is gone. The candidates are fixed first (MATERIALIZED),
 # so no other row's lock is ever tried.
 JOB_LOCK_INFLIGHT_OF_WORKER = (
-    "WITH mine AS MATERIALIZED (SELECT id, lease, status, attempt, queue FROM jobs "
+    "WITH mine AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
     "WHERE worker_id = %(worker_id)s AND status IN ('claimed', 'running')) "
-    "SELECT id, lease, status, attempt, queue FROM mine WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+    "SELECT id, lease, status, attempt, queue, type FROM mine WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )
 
 # JOB_COUNT_INFLIGHT_OF_WORKER: how many claimed|running jobs a worker still has.
@@ -240,10 +240,10 @@ JOB_COUNT_INFLIGHT_OF_WORKER = (
 # this session can take: a job whose worker session is still connected is never
 # handed on, however late its heartbeat.
 JOB_LOCK_STALE = (
-    "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue FROM jobs "
+    "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
     "WHERE status IN ('claimed', 'running') AND heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) "
     "ORDER BY heartbeat_at LIMIT %(limit)s) "
-    "SELECT id, lease, status, attempt, queue FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+    "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )
 
 # JOB_RELEASE_ORPHANS_OF_WORKER: after a reconnect, claimed jobs of this worker that it
@@ -262,6 +262,27 @@ JOB_GET_FINISHED_UNDER_LEASE = (
     "SELECT j.id FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS s(id, lease) "
     "JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status NOT IN ('claimed', 'running')"
 )
+
+# JOB_DELETE_FINISHED_BEFORE: retention; up to %(batch)s done|dead rows finished before
+# the cut-off, oldest first (jobs_completed_idx), skipping row-locked ones, so that each
+# statement is short and holds few locks. Counters drop the depth, keep the totals.
+JOB_DELETE_FINISHED_BEFORE = (
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE completed_at < now() - make_interval(secs => %(older_than)s) "
+    "AND status IN ('done', 'dead') ORDER BY completed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+)
+
+# COUNTER_SAMPLE_TAKE: the leader's snapshot of every total (job_counters is small),
+# plus one marker row, so that a sample of a queue with no totals yet still exists
+# (a rate over the window then counts everything since it).
+COUNTER_SAMPLE_TAKE = (
+    "INSERT INTO job_counter_samples (at, queue, type, name, n) "
+    "SELECT now(), queue, type, name, sum(n) FROM job_counters WHERE right(name, 6) = '_total' "
+    "GROUP BY queue, type, name "
+    "UNION ALL SELECT now(), '', '', 'sample', 0"
+)
+
+# COUNTER_SAMPLE_PRUNE: samples older than the longest window anyone asks for.
+COUNTER_SAMPLE_PRUNE = "DELETE FROM job_counter_samples WHERE at < now() - make_interval(secs => %(keep_seconds)s)"
 
 # LEADER_TRY_LOCK: the maintenance leader's session lock (reserved key); held for as
 # long as its connection lives.
@@ -328,19 +349,81 @@ WORKER_COUNT_ACTIVE = (
 )
 
 # ---------------------------------------------------------------------------------------
-# Metrics and health
+# Inspection (jobq inspect)
+
+# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows).
+WORKER_LIST = (
+    "SELECT id, hostname, pid, queues, current_job_id, jobs_done, started_at, "
+    "extract(epoch FROM now() - heartbeat_at)::float8 FROM workers ORDER BY hostname, pid"
+)
+
+# JOB_GET_OLDEST_DUE: the oldest due pending job of each of some queues (one probe of
+# jobs_pending_run_at_idx per queue), oldest first.
+JOB_GET_OLDEST_DUE = (
+    "SELECT j.id, j.type, j.queue, j.run_at, extract(epoch FROM now() - j.run_at)::float8 "
+    "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "SELECT id, type, queue, run_at FROM jobs WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
+    "ORDER BY run_at LIMIT 1) AS j ORDER BY j.run_at"
+)
+
+# JOB_LIST_RECENT_FAILURES: jobs whose last run failed, latest first (jobs_failed_idx).
+JOB_LIST_RECENT_FAILURES = (
+    "SELECT id, type, queue, status, attempt, max_retries, error, heartbeat_at FROM jobs "
+    "WHERE error IS NOT NULL ORDER BY heartbeat_at DESC LIMIT %(limit)s"
+)
+
+# DEAD_LETTER_COUNT_WAITING: dead letters not replayed (dead_letter_jobs_waiting_idx).
+DEAD_LETTER_COUNT_WAITING = "SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL"
+
+# DEAD_LETTER_LIST_WAITING: the latest dead letters not replayed (same index).
+DEAD_LETTER_LIST_WAITING = (
+    "SELECT id, original_id, type, queue, attempts, error, died_at FROM dead_letter_jobs "
+    "WHERE replayed_at IS NULL ORDER BY died_at DESC LIMIT %(limit)s"
+)
+
+# ADVISORY_LOCKS_OF_NAMESPACE: jobq's advisory locks held now (pg_locks shows a bigint
+# key as classid, the high 32 bits, and objid, the low 32), with their sessions.
+ADVISORY_LOCKS_OF_NAMESPACE = (
+    "SELECT ((l.classid::bigint << 32) | l.objid::bigint) & %(mask)s, l.pid, a.application_name "
+    "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND (l.classid::bigint >> 16) = %(namespace)s "
+    "ORDER BY 1"
+)
+
+# ---------------------------------------------------------------------------------------
+# Metrics (jobq.metrics; every statement is bounded whatever the size of jobs)
+
+# COUNTER_SAMPLE_BASELINE: the totals of the newest sample at least %(window)s seconds
+# old (the oldest sample while the history is shorter), with its age in seconds.
+COUNTER_SAMPLE_BASELINE = (
+    "WITH base AS (SELECT coalesce(max(at) FILTER (WHERE at <= now() - make_interval(secs => %(window)s)), "
+    "min(at)) AS at FROM job_counter_samples) "
+    "SELECT s.queue, s.name, sum(s.n)::bigint, extract(epoch FROM now() - base.at)::float8 "
+    "FROM job_counter_samples AS s JOIN base ON s.at = base.at GROUP BY s.queue, s.name, base.at"
+)
+
+# JOB_LIST_RECENT_RUN_TIMES: run time and start latency of the jobs finished done in the
+# trailing window, the most recent %(limit)s at most (jobs_completed_idx, backwards).
+JOB_LIST_RECENT_RUN_TIMES = (
+    "SELECT queue, extract(epoch FROM completed_at - started_at)::float8, "
+    "extract(epoch FROM started_at - run_at)::float8 FROM jobs "
+    "WHERE completed_at > now() - make_interval(secs => %(window)s) AND status = 'done' "
+    "ORDER BY completed_at DESC LIMIT %(limit)s"
+)
+
+# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh.
+WORKER_LIST_ACTIVE_QUEUES = (
+    "SELECT queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
+)
+
+# DEAD_LETTER_COUNT_WAITING_BY_QUEUE: dead letters not replayed, per queue
+# (dead_letter_jobs_waiting_idx).
+DEAD_LETTER_COUNT_WAITING_BY_QUEUE = (
+    "SELECT queue, count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL GROUP BY queue"
+)
+
+# ---------------------------------------------------------------------------------------
+# Health
 
 # DATABASE_PING: the database answers (readiness); touches no table.
 DATABASE_PING = "SELECT 1"
-
-# METRICS_SNAPSHOT: in one round trip, what the counters do not hold: fresh workers (a
-# seq scan of a table of a few rows per worker process), jobs finished done in the
-# trailing window and their mean run time (a range scan of jobs_completed_idx bounded
-# by the window, so its cost follows recent throughput, not history), and the rows of
-# the dead-letter table (which only operators and retention shrink).
-METRICS_SNAPSHOT = (
-    "SELECT (" + WORKER_COUNT_ACTIVE + "), w.done, w.avg_seconds, (" + DEAD_LETTER_LIST_COUNT + ") "
-    "FROM (SELECT count(*) FILTER (WHERE status = 'done') AS done, "
-    "avg(extract(epoch FROM completed_at - started_at)) FILTER (WHERE status = 'done')::float8 AS avg_seconds "
-    "FROM jobs WHERE completed_at > now() - make_interval(secs => %(window)s)) AS w"
-)

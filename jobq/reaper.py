@@ -43,6 +43,7 @@ class Locked:
     status: str
     attempt: int
     queue: str
+    type: str
 
 
 @dataclass
@@ -160,5 +161,5 @@ def _settle(
 
 
 def _count(conn: Connection, rows: list[Locked], counter: str) -> None:
-    for queue, n in Counter(r.queue for r in rows).items():
-        claims.count_event(conn, queue, counter, n)
+    for (queue, job_type), n in Counter((r.queue, r.type) for r in rows).items():
+        claims.count_event(conn, queue, job_type, counter, n)

@@ -90,9 +90,7 @@ class JobSpec(BaseModel):
     @field_validator("run_at")
     @classmethod
     def _run_at_utc(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value
+        return None if value is None else as_utc(value)
 
     def payload_json(self) -> str:
         """The payload as compact JSON text, ready for a jsonb parameter."""
@@ -162,6 +160,20 @@ def parse_specs(values: Iterable[Any], *, name: str = "jobs") -> list[JobSpec]:
         index, *rest = first["loc"]
         field = f"{name}[{index}]" + "".join(f".{part}" for part in rest)
         raise InvalidArgument(field, first["msg"]) from None
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` in UTC; without an offset it already means UTC.
+
+    Converting matters: PostgreSQL refuses offsets past +-15:59, which ISO-8601 (and
+    pydantic) allow. Raises ValueError when the UTC time falls outside years 1-9999.
+    """
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC") from None
 
 
 def check_text(text: str) -> str:

@@ -26,7 +26,7 @@ import signal
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import psycopg
@@ -362,12 +362,9 @@ class Worker:
         return {row[0] for row in rows}
 
     def count_rejections(self, conn: psycopg.Connection, outcomes: list[Outcome], rejected: set[int]) -> None:
-        per_queue: dict[str, int] = {}
-        for o in outcomes:
-            if o.held.job_id in rejected:
-                per_queue[o.claimed.job.queue] = per_queue.get(o.claimed.job.queue, 0) + 1
-        for queue, n in per_queue.items():
-            claims.count_event(conn, queue, claims.STALE_LEASE_COUNTER, n)
+        keys = Counter((o.claimed.job.queue, o.claimed.job.type) for o in outcomes if o.held.job_id in rejected)
+        for (queue, job_type), n in keys.items():
+            claims.count_event(conn, queue, job_type, claims.STALE_LEASE_COUNTER, n)
 
     def settle(
         self, done: list[Outcome], failed: list[Outcome], failures: list[claims.Failure], rejected: set[int]

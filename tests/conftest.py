@@ -29,7 +29,7 @@ TEST_SERVER_SETTINGS = {
     "full_page_writes": "off",
     "max_connections": "200",
 }
-TABLES = ("jobs", "dead_letter_jobs", "job_counters", "workers")
+TABLES = ("jobs", "dead_letter_jobs", "job_counters", "job_counter_samples", "workers")
 TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
 
 

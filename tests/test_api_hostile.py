@@ -53,6 +53,7 @@ BODIES: list[tuple[str, dict[str, Any]]] = [
     ("type too long", job(type="t" * 10_000)),
     ("run_at a number", job(run_at=1700000000)),
     ("run_at out of range", job(run_at="99999-01-01T00:00:00")),
+    ("run_at before year 1 in UTC", job(run_at="0001-01-01T00:00:00+05:00")),
     ("Idempotency-Key too long", {**job(), "headers": {"Idempotency-Key": "k" * 300}}),
 ]
 
@@ -77,6 +78,7 @@ BAD_PAGES = [
 BAD_JOB_FILTERS = [
     "status=bogus", "status=%00", "status=PENDING", "type=%00", "queue=a%00b", "type=" + "t" * 300,
     "created_after=yesterday", "created_after=99999-01-01", "created_after=" + HUGE,
+    "created_after=9999-12-31T23:59:59-05:00",
 ]
 
 CASES: list[tuple[str, str, dict[str, Any]]] = (

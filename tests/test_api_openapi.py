@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Do not use the `random` module:hypothesis.errors.HypothesisDeprecationWarning"),
 ]
 
-EXAMPLES_PER_OPERATION = 25
+EXAMPLES_PER_OPERATION = 50
 
 
 def test_the_document_is_valid_openapi(client):
@@ -61,7 +61,20 @@ DOCUMENT = create_app(Settings.from_env({}, database_url="postgresql://nobody@/u
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 
+@pytest.fixture
+def app(make_app):
+    """One app (one pool) for all the examples of an operation."""
+    return make_app()
+
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+# Derandomized, so that CI sees the same cases every run (explore with random seeds by
+# removing derandomize, or with more examples, when the API changes).
 @schema.parametrize()
-@settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
-def test_generated_requests_never_get_a_server_error(case, make_app):
-    case.call_and_validate(app=make_app(), checks=[not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance])
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+def test_generated_requests_never_get_a_server_error_and_answer_as_documented(case, app):
+    case.call_and_validate(app=app, checks=CHECKS)

@@ -146,3 +146,15 @@ def test_counters_are_exact_after_a_mixed_run(conn):
     after = jobq.counts(conn=conn)
     assert after.depth["done"] == after.depth["dead"] == 0
     assert after.totals == counts.totals
+
+
+def test_counts_break_depth_and_totals_down_by_queue_and_type(conn):
+    jobq.enqueue_many(
+        [{"type": "noop", "queue": "a"}] * 2 + [{"type": "echo", "queue": "a"}, {"type": "echo", "queue": "b"}], conn=conn
+    )
+    complete(conn, claim(conn, 1, ["b"]))
+    counts = jobq.counts(conn=conn)
+    assert counts.queues["a"]["pending"] == 3 and counts.queues["b"]["done"] == 1
+    assert counts.types["noop"]["pending"] == 2
+    assert (counts.types["echo"]["pending"], counts.types["echo"]["done"], counts.types["echo"]["enqueued_total"]) == (1, 1, 2)
+    assert set(counts.types["noop"]) >= set(jobq.STATUSES)

@@ -6,6 +6,7 @@ import pytest
 import jobq
 from jobq import claims, presence, reaper
 from jobq.settings import Settings
+from daemon import wait_for
 from support import LOCK_BASE, advisory_locks, claim, held
 
 pytestmark = [pytest.mark.db, pytest.mark.reaper]
@@ -19,6 +20,16 @@ def worker_session(database_url):
     conn = psycopg.connect(database_url, autocommit=True)
     yield conn
     conn.close()
+
+
+def end_session(session, observer) -> None:
+    """Close a session and wait until its backend is gone (and its locks with it)."""
+    pid = session.info.backend_pid
+    session.close()
+    wait_for(
+        lambda: not observer.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone(),
+        10, "the backend to exit",
+    )
 
 
 def age_heartbeats(conn, seconds: float = 60) -> None:
@@ -38,7 +49,7 @@ def test_stale_jobs_of_a_gone_session_are_reclaimed_by_their_state(conn, worker_
     jobq.enqueue_many([{"type": "noop", "max_retries": 3}, {"type": "noop", "max_retries": 0}, {"type": "noop"}], conn=conn)
     first, second, third = claim(worker_session, 3)
     claims.start(worker_session, held([first, second]), [0.0, 0.0]).result()
-    worker_session.close()  # the worker's session ends: its advisory locks are gone
+    end_session(worker_session, conn)  # the worker's session ends: its advisory locks are gone
     age_heartbeats(conn)
     settled = reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
     assert (settled.released, settled.retried, settled.dead) == (1, 1, 1)
@@ -53,7 +64,7 @@ def test_stale_jobs_of_a_gone_session_are_reclaimed_by_their_state(conn, worker_
 def test_fresh_heartbeats_are_left_alone_even_without_a_session(conn, worker_session):
     jobq.enqueue("noop", conn=conn)
     claim(worker_session, 1)
-    worker_session.close()
+    end_session(worker_session, conn)
     assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).changed == 0
 
 
@@ -61,8 +72,9 @@ def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, datab
     job = jobq.enqueue("noop", max_retries=2, conn=conn)
     for _ in range(3):
         conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job.id,))
-        with psycopg.connect(database_url, autocommit=True) as doomed:
-            claims.start(doomed, held(claim(doomed, 1)), [0.0]).result()
+        doomed = psycopg.connect(database_url, autocommit=True)
+        claims.start(doomed, held(claim(doomed, 1)), [0.0]).result()
+        end_session(doomed, conn)
         age_heartbeats(conn)
         reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
     row = jobq.get(job.id, conn=conn)
@@ -78,7 +90,7 @@ def test_a_gone_workers_current_job_is_settled_by_why_it_is_gone(conn, worker_se
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     current, queued = claim(worker_session, 2, worker_id="host:1:abc")
     claims.start(worker_session, held([current]), [0.0]).result()
-    worker_session.close()
+    end_session(worker_session, conn)
     settled = reaper.settle_worker(
         conn, SETTINGS, LOCK_BASE, worker_id="host:1:abc", job_id=current.job.id, lease=current.job.lease,
         kind=kind, timeout=7, detail="exit code 1",

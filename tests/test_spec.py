@@ -64,6 +64,13 @@ def test_none_payload_means_empty_object():
     assert parse_spec({"type": "noop", "payload": None}).payload == {}
 
 
+def test_run_at_with_any_offset_is_stored_in_utc():
+    spec = parse_spec({"type": "noop", "run_at": "2030-01-02T03:04:05+20:47"})
+    assert spec.run_at == datetime(2030, 1, 1, 6, 17, 5, tzinfo=timezone.utc) and spec.run_at.utcoffset().total_seconds() == 0
+    with pytest.raises(InvalidArgument):
+        parse_spec({"type": "noop", "run_at": "0001-01-01T00:00:00+05:00"})
+
+
 def test_run_at_without_offset_means_utc():
     spec = parse_spec({"type": "noop", "run_at": "2030-01-02T03:04:05"})
     assert spec.run_at == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)

@@ -57,20 +57,14 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily(
             "taskqueue_active_workers", "Worker processes with a fresh heartbeat", value=m.active_workers
         )
-        yield GaugeMetricFamily(
-            "taskqueue_jobs_per_second", "Jobs finished done per second, trailing minute", value=m.jobs_per_second
-        )
-        yield GaugeMetricFamily("taskqueue_error_rate", "Failed runs / all runs, all time", value=m.error_rate)
+        yield GaugeMetricFamily("taskqueue_jobs_per_second", "Completions per second, trailing window", value=m.jobs_per_second)
+        yield GaugeMetricFamily("taskqueue_error_rate", "Failed runs / finished runs, trailing window", value=m.error_rate)
         if m.avg_execution_seconds is not None:
             yield GaugeMetricFamily(
-                "taskqueue_avg_execution_seconds",
-                "Mean run time of the jobs finished done in the trailing minute",
-                value=m.avg_execution_seconds,
+                "taskqueue_avg_execution_seconds", "Mean run time, trailing window", value=m.avg_execution_seconds
             )
         yield CounterMetricFamily("taskqueue_jobs_enqueued", "Jobs ever enqueued", value=m.total_jobs)
-        yield GaugeMetricFamily(
-            "taskqueue_dead_letter_count", "Rows in the dead-letter table", value=m.dead_letter_count
-        )
+        yield GaugeMetricFamily("taskqueue_dead_letter_count", "Dead letters not replayed", value=m.dead_letter_count)
 
 
 # Registered without describing (which would collect): nothing is read until a scrape.

@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, cr
 from jobq.job import STATUSES, DeadLetter, Job
 from jobq.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
 from jobq.metrics import Metrics
-from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_QUEUE_LENGTH, MAX_TYPE_LENGTH, JobSpec, check_text
+from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_QUEUE_LENGTH, MAX_TYPE_LENGTH, JobSpec, as_utc, check_text
 
 MAX_BATCH = 1000
 
@@ -101,7 +101,9 @@ class JobListQuery(PageQuery):
     status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
     type: _filter_text(MAX_TYPE_LENGTH) = None  # type: ignore[valid-type]
     queue: _filter_text(MAX_QUEUE_LENGTH) = None  # type: ignore[valid-type]
-    created_after: datetime | None = Field(None, description="Strictly after; without an offset, UTC.")
+    created_after: Annotated[datetime, AfterValidator(as_utc)] | None = Field(
+        None, description="Strictly after; without an offset, UTC."
+    )
 
 
 class DeadLetterListQuery(PageQuery):

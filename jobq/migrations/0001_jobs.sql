@@ -79,16 +79,17 @@ CREATE UNIQUE INDEX dead_letter_jobs_original_id_key ON dead_letter_jobs (origin
 CREATE INDEX dead_letter_jobs_died_idx ON dead_letter_jobs (died_at DESC, id DESC);
 CREATE INDEX dead_letter_jobs_type_died_idx ON dead_letter_jobs (type, died_at DESC, id DESC);
 
--- Exact counts without count(*): depth per (queue, status) and monotonic totals per
--- queue, kept by the triggers below in the same transaction as the change. Each
--- session adds to its own slot (backend pid modulo 16), so concurrent writers do not
--- queue up behind one hot row; readers sum the slots.
+-- Exact counts without count(*): depth per (queue, type, status) and monotonic totals
+-- per (queue, type), kept by the triggers below in the same transaction as the change.
+-- Each session adds to its own slot (backend pid modulo 16), so concurrent writers do
+-- not queue up behind one hot row; readers sum the slots.
 CREATE TABLE job_counters (
     queue text     NOT NULL,
+    type  text     NOT NULL,
     name  text     NOT NULL,
     slot  smallint NOT NULL,
     n     bigint   NOT NULL,
-    PRIMARY KEY (queue, name, slot)
+    PRIMARY KEY (queue, type, name, slot)
 ) WITH (fillfactor = 50);
 
 -- Statement-level triggers see every row a statement changed through its transition
@@ -96,16 +97,16 @@ CREATE TABLE job_counters (
 -- written by other programs is counted (and wakes workers) like jobq's own.
 CREATE FUNCTION jobs_counts_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO job_counters AS c (queue, name, slot, n)
-    SELECT queue, name, pg_backend_pid() % 16, sum(n)
+    INSERT INTO job_counters AS c (queue, type, name, slot, n)
+    SELECT queue, type, name, pg_backend_pid() % 16, sum(n)
     FROM (
-        SELECT queue, status AS name, count(*) AS n FROM new_jobs GROUP BY queue, status
+        SELECT queue, type, status AS name, count(*) AS n FROM new_jobs GROUP BY queue, type, status
         UNION ALL
-        SELECT queue, 'enqueued_total', count(*) FROM new_jobs GROUP BY queue
+        SELECT queue, type, 'enqueued_total', count(*) FROM new_jobs GROUP BY queue, type
     ) AS delta
-    GROUP BY queue, name
-    ORDER BY queue, name
-    ON CONFLICT (queue, name, slot) DO UPDATE SET n = c.n + excluded.n;
+    GROUP BY queue, type, name
+    ORDER BY queue, type, name
+    ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
     -- One notification per queue per statement; PostgreSQL folds identical ones
     -- within a transaction, so a transaction inserting many rows sends one per queue.
     PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
@@ -115,39 +116,42 @@ $$;
 
 CREATE FUNCTION jobs_counts_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO job_counters AS c (queue, name, slot, n)
-    SELECT queue, name, pg_backend_pid() % 16, n
+    INSERT INTO job_counters AS c (queue, type, name, slot, n)
+    SELECT queue, type, name, pg_backend_pid() % 16, n
     FROM (
-        SELECT queue, name, sum(n) AS n
+        SELECT queue, type, name, sum(n) AS n
         FROM (
-            SELECT queue, status AS name, count(*) AS n FROM new_jobs GROUP BY queue, status
+            SELECT queue, type, status AS name, count(*) AS n FROM new_jobs GROUP BY queue, type, status
             UNION ALL
-            SELECT queue, status, -count(*) FROM old_jobs GROUP BY queue, status
+            SELECT queue, type, status, -count(*) FROM old_jobs GROUP BY queue, type, status
         ) AS depth
-        GROUP BY queue, name
+        GROUP BY queue, type, name
         UNION ALL
         -- Totals only grow: a statement that moved rows backwards (an operator's raw
         -- UPDATE) adds nothing rather than subtracting.
-        SELECT queue, name, greatest(sum(n), 0)
+        SELECT queue, type, name, greatest(sum(n), 0)
         FROM (
-            SELECT queue, 'done_total' AS name, count(*) FILTER (WHERE status = 'done') AS n FROM new_jobs GROUP BY queue
+            SELECT queue, type, 'done_total' AS name, count(*) FILTER (WHERE status = 'done') AS n
+            FROM new_jobs GROUP BY queue, type
             UNION ALL
-            SELECT queue, 'done_total', -count(*) FILTER (WHERE status = 'done') FROM old_jobs GROUP BY queue
+            SELECT queue, type, 'done_total', -count(*) FILTER (WHERE status = 'done') FROM old_jobs GROUP BY queue, type
             UNION ALL
-            SELECT queue, 'dead_total', count(*) FILTER (WHERE status = 'dead') FROM new_jobs GROUP BY queue
+            SELECT queue, type, 'dead_total', count(*) FILTER (WHERE status = 'dead') FROM new_jobs GROUP BY queue, type
             UNION ALL
-            SELECT queue, 'dead_total', -count(*) FILTER (WHERE status = 'dead') FROM old_jobs GROUP BY queue
+            SELECT queue, type, 'dead_total', -count(*) FILTER (WHERE status = 'dead') FROM old_jobs GROUP BY queue, type
             -- A failed run either moves a job on to its next attempt or kills it.
             UNION ALL
-            SELECT queue, 'failed_runs_total', sum(attempt) + count(*) FILTER (WHERE status = 'dead') FROM new_jobs GROUP BY queue
+            SELECT queue, type, 'failed_runs_total', sum(attempt) + count(*) FILTER (WHERE status = 'dead')
+            FROM new_jobs GROUP BY queue, type
             UNION ALL
-            SELECT queue, 'failed_runs_total', -(sum(attempt) + count(*) FILTER (WHERE status = 'dead')) FROM old_jobs GROUP BY queue
+            SELECT queue, type, 'failed_runs_total', -(sum(attempt) + count(*) FILTER (WHERE status = 'dead'))
+            FROM old_jobs GROUP BY queue, type
         ) AS totals
-        GROUP BY queue, name
+        GROUP BY queue, type, name
     ) AS delta
     WHERE n <> 0
-    ORDER BY queue, name
-    ON CONFLICT (queue, name, slot) DO UPDATE SET n = c.n + excluded.n;
+    ORDER BY queue, type, name
+    ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
     -- Rows that are pending after the update (a retry, a reclaim, a job returned at
     -- shutdown) may be due before the next poll: wake the workers of their queues.
     PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
@@ -157,12 +161,12 @@ $$;
 
 CREATE FUNCTION jobs_counts_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO job_counters AS c (queue, name, slot, n)
-    SELECT queue, status, pg_backend_pid() % 16, -count(*)
+    INSERT INTO job_counters AS c (queue, type, name, slot, n)
+    SELECT queue, type, status, pg_backend_pid() % 16, -count(*)
     FROM old_jobs
-    GROUP BY queue, status
-    ORDER BY queue, status
-    ON CONFLICT (queue, name, slot) DO UPDATE SET n = c.n + excluded.n;
+    GROUP BY queue, type, status
+    ORDER BY queue, type, status
+    ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
     RETURN NULL;
 END
 $$;
