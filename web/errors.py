@@ -4,15 +4,17 @@
 ``{"loc": [...], "msg": ..., "type": ...}`` (the seed's FastAPI shape). jobq's own
 errors map to statuses by class; werkzeug's HTTP errors keep their status and
 headers (``Allow``, ``WWW-Authenticate``) with a JSON body; anything else is a 500
-whose traceback goes to the log, never to the client.
+whose stack goes to the log (without its message, which may quote a payload), never
+to the client.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any
 
-from flask import Flask, Response, current_app
+from flask import Flask, Response, current_app, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
@@ -94,7 +96,12 @@ def _jobq_error(exc: JobqError) -> Response:
 
 
 def _unexpected(exc: Exception) -> Response:
-    log.exception("api.unhandled error=%s", type(exc).__name__)
+    # Where it failed, not what it said: a database error's message can quote a value
+    # from the request (a payload), which must never reach the log.
+    log.error(
+        "api.unhandled error=%s path=%s\n%s",
+        type(exc).__name__, request.path, "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+    )
     return error_response(500, "internal server error")
 
 
