@@ -72,3 +72,14 @@ def drain(conn: psycopg.Connection, queues: Sequence[str] = ("default",), batch:
         run_claimed(conn, claimed)
         ran += len(claimed)
     return ran
+
+
+def settle(conn: psycopg.Connection, claimed: claims.Claimed, status: str) -> None:
+    """Take a job just claimed on to ``status``: claimed (left as is), running, done, or
+    dead (a failure, for a job with no retries left)."""
+    if status == "running":
+        claims.start(conn, held([claimed]), [0.0]).result()
+    elif status == "done":
+        complete(conn, [claimed])
+    elif status == "dead":
+        fail(conn, [claimed])

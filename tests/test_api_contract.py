@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import jobq
-from jobq import claims, queries
+from jobq import queries
 from api_support import assert_error, client, job_rows, make_app  # noqa: F401  (fixtures)
-from support import claim, complete, drain, fail, held
+from support import claim, complete, drain, settle
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 
@@ -176,12 +176,7 @@ def test_delete_cancels_a_pending_job_and_it_is_gone(client):
 def test_delete_of_a_job_past_pending_answers_409(client, conn, status):
     job = client.post("/jobs", json={"type": "noop", "max_retries": 0}).get_json()
     (claimed,) = claim(conn)
-    if status == "running":
-        claims.start(conn, held([claimed]), [0.0]).result()
-    elif status == "done":
-        complete(conn, [claimed])
-    elif status == "dead":
-        fail(conn, [claimed])
+    settle(conn, claimed, status)
     assert status in assert_error(client.delete(f"/jobs/{job['id']}"), 409)
     assert client.get(f"/jobs/{job['id']}").get_json()["status"] == status
 

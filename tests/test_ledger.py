@@ -6,7 +6,7 @@ import pytest
 import jobq
 from jobq import claims
 from jobq.errors import InvalidArgument, JobNotCancellable, JobNotFound
-from support import LOCK_BASE, claim, complete, drain, fail, held
+from support import LOCK_BASE, claim, complete, drain, fail, held, settle
 
 pytestmark = pytest.mark.db
 
@@ -38,12 +38,7 @@ def test_cancel_of_a_missing_job_raises_not_found(conn):
 def test_cancel_refuses_a_job_that_is_not_pending(conn, status):
     job = jobq.enqueue("noop", max_retries=0, conn=conn)
     (claimed,) = claim(conn)
-    if status == "running":
-        claims.start(conn, held([claimed]), [0.0]).result()
-    elif status == "done":
-        complete(conn, [claimed])
-    elif status == "dead":
-        fail(conn, [claimed])
+    settle(conn, claimed, status)
     with pytest.raises(JobNotCancellable) as caught:
         jobq.cancel(job.id, conn=conn)
     assert caught.value.status == status
