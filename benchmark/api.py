@@ -39,7 +39,8 @@ wrk.body = '{"type":"noop","payload":{"user":"u42","order":17}}'
 
 def batch_script(path: Path) -> str:
     body = json.dumps(
-        {"jobs": [{"type": "noop", "payload": {"i": i, "user": f"u{i % 97}"}, "priority": 1 + i % 10} for i in range(BATCH)]}
+        {"jobs": [{"type": "noop", "payload": {"i": i, "user": f"u{i % 97}"}, "priority": 1 + i % 10}
+                  for i in range(BATCH)]}
     )
     path.write_text(body)
     return f"""
@@ -117,7 +118,8 @@ def main() -> None:
     if args.json:
         emit(result, True)
     else:
-        print(f"POST /jobs         {result['post_jobs_requests_per_s']:>8,} requests/s  (rounds: {result['post_jobs_rounds']})")
+        single, rounds = result["post_jobs_requests_per_s"], result["post_jobs_rounds"]
+        print(f"POST /jobs         {single:>8,} requests/s  (rounds: {rounds})")
         print(f"POST /jobs/batch   {result['batch_jobs_per_s']:>8,} jobs/s      (rounds: {result['batch_rounds']})")
         print(f"CPU seconds taken by the hypervisor during each round: {result['cpu_seconds_stolen_per_round']}")
 

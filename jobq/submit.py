@@ -110,6 +110,8 @@ def submit_many(
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
+        if len(specs) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
+            return [submit(specs[0], conn=c)]
         if keys or len(specs) <= COPY_THRESHOLD:
             return _insert(c, specs, keys)
         return _copy(c, specs)

@@ -30,7 +30,8 @@ def test_post_jobs_answers_201_with_the_job_and_its_defaults(client):
     assert response.status_code == 201
     job = response.get_json()
     assert set(job) == JOB_FIELDS
-    assert (job["type"], job["status"], job["priority"], job["attempt"], job["max_retries"]) == ("noop", "pending", 5, 0, 3)
+    fields = ("type", "status", "priority", "attempt", "max_retries")
+    assert tuple(job[name] for name in fields) == ("noop", "pending", 5, 0, 3)
     assert (job["payload"], job["queue"], job["errors"], job["result"]) == ({}, "default", [], None)
     assert job["created_at"].endswith("+00:00") and job["run_at"] == job["created_at"]
     assert client.get(f"/jobs/{job['id']}").get_json() == job

@@ -97,7 +97,8 @@ def test_malformed_bodies_answer_json_errors_over_http(server, conn):
     json_headers = {**AUTH, "Content-Type": "application/json"}
     assert_error(server.request("POST", "/jobs", raw=b'{"type": "noop"', headers=json_headers), 400)
     assert_error(server.request("POST", "/jobs", raw=b"\xff\xfe{}", headers=json_headers), 400)
-    assert_error(server.request("POST", "/jobs", raw=b'{"type": "noop"}', headers={**AUTH, "Content-Type": "text/plain"}), 415)
+    text_headers = {**AUTH, "Content-Type": "text/plain"}
+    assert_error(server.request("POST", "/jobs", raw=b'{"type": "noop"}', headers=text_headers), 415)
     assert_error(server.request("POST", "/jobs", raw=b"[" * 5000 + b"]" * 5000, headers=json_headers), 400)
     assert_error(server.request("PATCH", "/jobs/1", headers=AUTH), 405)
     assert job_rows(conn) == 0

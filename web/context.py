@@ -10,7 +10,7 @@ from jobq.group import GroupSubmitter
 from jobq.job import Job
 from jobq.settings import Settings
 from jobq.spec import JobSpec
-from jobq.submit import submit, submit_many
+from jobq.submit import submit_many
 from web.pool import Database
 
 EXTENSION = "jobq"
@@ -24,13 +24,9 @@ class ApiContext:
     """Inserts the jobs of concurrent ``POST /jobs`` (without idempotency keys) together."""
 
     def submit_many(self, specs: list[JobSpec]) -> list[Job]:
-        """Insert jobs in one statement, with admission control (see :mod:`jobq.submit`):
-        a lone job by the single-row INSERT, cheaper to send than one-element arrays."""
-        limit = self.settings.max_pending
+        """Insert jobs in one statement, with admission control; see :func:`jobq.submit.submit_many`."""
         with self.database.connection() as conn:
-            if len(specs) == 1:
-                return [submit(specs[0], conn=conn, max_pending=limit).job]
-            return [entry.job for entry in submit_many(specs, conn=conn, max_pending=limit)]
+            return [entry.job for entry in submit_many(specs, conn=conn, max_pending=self.settings.max_pending)]
 
 
 def attach(app: Flask, settings: Settings) -> ApiContext:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from flask_openapi3 import APIBlueprint, Tag
-
 import jobq
 from web import jsonio
 from web.context import api
-from web.schemas import BEARER, GUARDED, DeadLetterListQuery, DeadLetterOut, DeadLetterPage, DeadLetterPath, Error, JobOut
+from web.schemas import DeadLetterListQuery, DeadLetterOut, DeadLetterPage, DeadLetterPath, Error, JobOut, resource
 
-dead_letter = APIBlueprint(
-    "dead_letter", __name__, abp_tags=[Tag(name="dead-letter", description="Jobs that ran out of retries")], abp_security=BEARER, abp_responses=GUARDED
-)
+dead_letter = resource("dead_letter", __name__, "Jobs that ran out of retries")
 
 NOT_FOUND = {400: Error, 404: Error}
 

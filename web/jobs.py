@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from flask import request
-from flask_openapi3 import APIBlueprint, Tag
 
 import jobq
 from jobq.errors import InvalidArgument
-from jobq.submit import submit, submit_many
+from jobq.submit import submit
 from web import jsonio
 from web.context import api
 from web.schemas import (
-    BEARER,
-    GUARDED,
     IDEMPOTENCY_KEY,
     EnqueueHeaders,
     Error,
@@ -25,9 +22,10 @@ from web.schemas import (
     JobPath,
     ValidationFailure,
     header_parameters,
+    resource,
 )
 
-jobs = APIBlueprint("jobs", __name__, abp_tags=[Tag(name="jobs", description="The job ledger")], abp_security=BEARER, abp_responses=GUARDED)
+jobs = resource("jobs", __name__, "The job ledger")
 jobs.before_request(jsonio.require_json_body)
 
 BODY_ERRORS = {400: Error, 413: Error, 415: Error, 422: ValidationFailure, 429: Error}
@@ -58,9 +56,7 @@ def create_job(body: JobBody) -> tuple[dict, int]:
 @jobs.post("/jobs/batch", responses={201: JobBatchOut, **BODY_ERRORS})
 def create_jobs(body: JobBatch) -> tuple[dict, int]:
     """Enqueue up to 1,000 jobs at once: all or none, in one statement."""
-    with api().database.connection() as conn:
-        entries = submit_many(list(body.jobs), conn=conn, max_pending=api().settings.max_pending)
-    return {"jobs": [entry.job.to_dict() for entry in entries]}, 201
+    return {"jobs": [job.to_dict() for job in api().submit_many(list(body.jobs))]}, 201
 
 
 @jobs.get("/jobs/<int:job_id>", responses={200: JobOut, 400: Error, 404: Error})

@@ -75,7 +75,8 @@ _OBJECT = TypeAdapter(dict[str, Any])
 
 def page_dict(page: Page[Any]) -> dict[str, Any]:
     """A page of rows as the API shows it: ``{items, total, limit, offset}``."""
-    return {"items": [row.to_dict() for row in page.items], "total": page.total, "limit": page.limit, "offset": page.offset}
+    items = [row.to_dict() for row in page.items]
+    return {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
 
 
 def install(app: Flask) -> None:

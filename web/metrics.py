@@ -10,16 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from flask import Response
-from flask_openapi3 import APIBlueprint, Tag
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from jobq.metrics import Metrics, snapshot
 from web.context import api
-from web.schemas import BEARER, GUARDED, MetricsOut
+from web.schemas import MetricsOut, resource
 
-metrics = APIBlueprint("metrics", __name__, abp_tags=[Tag(name="metrics")], abp_security=BEARER, abp_responses=GUARDED)
+metrics = resource("metrics", __name__, "Queue metrics, read from the database at each request")
 
 PROMETHEUS_TEXT = {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}
 
@@ -57,8 +56,8 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily(
             "taskqueue_active_workers", "Worker processes with a fresh heartbeat", value=m.active_workers
         )
-        yield GaugeMetricFamily("taskqueue_jobs_per_second", "Completions per second, trailing window", value=m.jobs_per_second)
-        yield GaugeMetricFamily("taskqueue_error_rate", "Failed runs / finished runs, trailing window", value=m.error_rate)
+        yield GaugeMetricFamily("taskqueue_jobs_per_second", "Completions per second (trailing)", m.jobs_per_second)
+        yield GaugeMetricFamily("taskqueue_error_rate", "Failed runs / finished runs, trailing window", m.error_rate)
         if m.avg_execution_seconds is not None:
             yield GaugeMetricFamily(
                 "taskqueue_avg_execution_seconds", "Mean run time, trailing window", value=m.avg_execution_seconds

@@ -11,6 +11,7 @@ import dataclasses
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_type_hints
 
+from flask_openapi3 import APIBlueprint, Tag
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, create_model
 
 from jobq.job import STATUSES, DeadLetter, Job
@@ -151,7 +152,8 @@ MetricsOut = _model_of(Metrics, "Metrics")
 
 
 def _page_of(item: type[BaseModel], name: str) -> type[BaseModel]:
-    return create_model(name, items=(list[item], ...), total=(int, ...), limit=(int, ...), offset=(int, ...))  # type: ignore[valid-type]
+    items = list[item]  # type: ignore[valid-type]
+    return create_model(name, items=(items, ...), total=(int, ...), limit=(int, ...), offset=(int, ...))
 
 
 JobPage = _page_of(JobOut, "JobPage")
@@ -174,6 +176,12 @@ class Error(BaseModel):
 
 # What any route that needs the token and the database may answer.
 GUARDED = {401: Error, 503: Error}
+
+
+def resource(name: str, import_name: str, description: str) -> APIBlueprint:
+    """The blueprint of one resource: its routes need the token and the database."""
+    tags = [Tag(name=name, description=description)]
+    return APIBlueprint(name, import_name, abp_tags=tags, abp_security=BEARER, abp_responses=GUARDED)
 
 
 class ValidationIssue(BaseModel):
