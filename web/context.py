@@ -18,6 +18,8 @@ EXTENSION = "jobq"
 
 @dataclass(frozen=True)
 class ApiContext:
+    """The app's configuration and database access; built once per app, before any fork."""
+
     settings: Settings
     database: Database
     enqueuer: GroupSubmitter

@@ -18,9 +18,11 @@ docs = Blueprint("docs", __name__, static_folder=SWAGGER_ASSETS, static_url_path
 
 @docs.get("/openapi.json")
 def openapi_document() -> dict:
+    """The OpenAPI document (built once per process, on first request)."""
     return cast(OpenAPI, current_app).api_doc
 
 
 @docs.get("/docs")
 def swagger_ui() -> str:
+    """Swagger UI, loading the document above and its own files from this server."""
     return render_template("docs.html")

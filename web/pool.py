@@ -1,9 +1,9 @@
 """The connection pool of one web process, opened on first use (after Gunicorn's fork).
 
 Connections are in autocommit mode: every library call the routes make is a single
-statement, or a check followed by a statement that need not share a transaction with
-it (admission control, an idempotency-key read), so each request costs its
-statements' round trips and no BEGIN or COMMIT.
+statement, or statements that need not share a transaction (an admission check and
+its insert, an insert and the read of an idempotency key's job, a page and its total),
+so each request costs its statements' round trips and no BEGIN or COMMIT.
 
 Each connection is checked when it is handed out (:func:`check_if_disturbed`), so
 that connections broken by a database restart are replaced, not used: a server that
