@@ -37,7 +37,7 @@ def as_json() -> dict:
 
 @metrics.get("/metrics/prometheus", responses={200: PROMETHEUS_TEXT})
 def as_prometheus() -> Response:
-    """The same metrics in the Prometheus text format (``taskqueue_*``)."""
+    """The same metrics in the Prometheus text format (`taskqueue_*`)."""
     return Response(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
 
