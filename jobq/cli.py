@@ -157,6 +157,7 @@ def dead_list(job_type: str | None, limit: int) -> None:
     from rich.table import Table
 
     from jobq.dead_letter import list_dead
+    from jobq.execution import last_line
 
     settings = load_settings()
     with database(settings) as conn, db.database_errors():
@@ -167,7 +168,7 @@ def dead_list(job_type: str | None, limit: int) -> None:
     for row in page.items:
         table.add_row(
             str(row.id), str(row.original_id), row.type, row.queue, str(row.attempts),
-            f"{row.died_at:%Y-%m-%d %H:%M:%S}", str(row.replayed_as or ""), _last_line(row.error),
+            f"{row.died_at:%Y-%m-%d %H:%M:%S}", str(row.replayed_as or ""), last_line(row.error)[:80],
         )
     Console().print(table)
 
@@ -194,11 +195,6 @@ def dead_discard(dead_letter_id: int) -> None:
     with database(settings) as conn, db.database_errors():
         discard(dead_letter_id, conn=conn)
     click.echo(f"jobq: dead letter {dead_letter_id} discarded")
-
-
-def _last_line(text: str | None, width: int = 80) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1][:width] if lines else ""
 
 
 @main.command()

@@ -22,6 +22,7 @@ class RunResult:
     result_json: str | None
     error: str | None
     seconds: float
+    error_kind: str | None = None  # the exception's class: what logs show (never its message)
 
     @property
     def ok(self) -> bool:
@@ -45,9 +46,15 @@ def run(job: Job) -> RunResult:
             raise TypeError(f"handler {job.type!r} returned a result that is not storable JSON: {exc}") from None
         return RunResult(result_json, None, time.monotonic() - started)
     except (UnknownJobType, BadPayload) as exc:
-        return RunResult(None, str(exc), time.monotonic() - started)
-    except Exception:
-        return RunResult(None, _clip(traceback.format_exc()), time.monotonic() - started)
+        return RunResult(None, str(exc), time.monotonic() - started, type(exc).__name__)
+    except Exception as exc:
+        return RunResult(None, _clip(traceback.format_exc()), time.monotonic() - started, type(exc).__name__)
+
+
+def last_line(error: str | None) -> str:
+    """The line of an error that says what happened (a traceback's last)."""
+    lines = (error or "").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def _clip(text: str) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from jobq import locks, queries
 from jobq.db import Connection
+from jobq.execution import last_line
 from jobq.job import STATUSES
 from jobq.ledger import counts
 
@@ -90,12 +91,12 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
     pending_queues = [q for q, depths in queues.items() if depths["pending"]]
     oldest = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending_queues}).fetchone()  # oldest first
     failures = [
-        Failure(*row[:6], _last_line(row[6]), row[7])
+        Failure(*row[:6], last_line(row[6]), row[7])
         for row in conn.execute(queries.JOB_LIST_RECENT_FAILURES, {"limit": RECENT})
     ]
     waiting = int(conn.execute(queries.DEAD_LETTER_COUNT_WAITING).fetchone()[0])  # type: ignore[index]
     dead = [
-        DeadRow(*row[:5], _last_line(row[5]), row[6])
+        DeadRow(*row[:5], last_line(row[5]), row[6])
         for row in conn.execute(queries.DEAD_LETTER_LIST_WAITING, {"limit": RECENT})
     ]
     held = conn.execute(queries.ADVISORY_LOCKS_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": namespace})
@@ -118,11 +119,6 @@ def _lock_name(value: int) -> str:
     if value == locks.MIGRATIONS:
         return "migrations"
     return f"job {value}"
-
-
-def _last_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1] if lines else ""
 
 
 def _jsonable(value: Any) -> Any:

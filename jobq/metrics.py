@@ -28,6 +28,7 @@ from jobq import queries
 from jobq.db import Connection, connection
 from jobq.job import STATUSES
 from jobq.ledger import Counts, counts
+from jobq.spec import DEFAULT_QUEUE
 
 WINDOW = 60.0  # seconds: the trailing window of rates, run times and latencies
 RECENT_ROWS = 2000  # most completions read for run times and latencies
@@ -127,7 +128,7 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
             dead = {queue: int(n) for queue, n in cur_dead.fetchall()}
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
     windows = _windows(reading, samples, runs)
-    queue_names = sorted(set(reading.queues) | set(dead))
+    queue_names = sorted(set(reading.queues) | set(dead) | {DEFAULT_QUEUE})  # the default queue always shows
     per_queue = {
         q: _figures(
             reading.queues.get(q, {}),

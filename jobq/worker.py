@@ -390,12 +390,12 @@ class Worker:
             elif fate.status == "pending":
                 log.info(
                     "job.retry_scheduled id=%s type=%s queue=%s attempt=%s worker=%s delay=%.1fs error=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.delay, _last_line(o.result.error),
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.delay, o.result.error_kind,
                 )
             else:
                 log.warning(
                     "job.dead_lettered id=%s type=%s queue=%s attempt=%s worker=%s error=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, _last_line(o.result.error),
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.error_kind,
                 )
 
     def give_back(self, jobs: list[Claimed]) -> None:
@@ -430,8 +430,3 @@ class Worker:
                 pass
         except BlockingIOError:
             pass
-
-
-def _last_line(text: str | None) -> str:
-    lines = (text or "").strip().splitlines()
-    return lines[-1][:200] if lines else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import jobq
 from jobq import queries
@@ -219,16 +220,25 @@ def test_metrics_answers_the_seed_fields_with_every_status(client, conn):
     assert metrics["avg_execution_seconds"] >= 0.0
 
 
+def prometheus_samples(text: str) -> dict[tuple, float]:
+    """{(sample name, sorted labels): value}, parsed by prometheus_client's own parser."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_prometheus_text_has_the_seed_metric_names(client, conn):
     client.post("/jobs/batch", json={"jobs": [{"type": "noop"}] * 2})
     response = client.get("/metrics/prometheus")
     assert response.status_code == 200 and response.content_type.startswith("text/plain")
-    text = response.get_data(as_text=True)
-    assert 'taskqueue_queue_depth{status="pending"} 2.0' in text
+    samples = prometheus_samples(response.get_data(as_text=True))
+    assert samples[("taskqueue_queue_depth", (("queue", "default"), ("status", "pending")))] == 2
     for status in STATUSES:
-        assert f'taskqueue_queue_depth{{status="{status}"}}' in text
-    assert "taskqueue_active_workers 0.0" in text
-    assert "taskqueue_jobs_enqueued_total 2.0" in text
+        assert (("taskqueue_queue_depth", (("queue", "default"), ("status", status)))) in samples
+    assert samples[("taskqueue_active_workers", ())] == 0
+    assert samples[("taskqueue_jobs_total", (("status", "enqueued"),))] == 2
 
 
 def test_health_does_not_touch_the_database_and_ready_does(make_app):

@@ -47,7 +47,7 @@ def test_the_contract_end_to_end(server, conn):
     metrics = server.request("GET", "/metrics", headers=AUTH).json()
     assert (metrics["queue_depth"]["pending"], metrics["total_jobs"]) == (3, 4)
     text = server.request("GET", "/metrics/prometheus", headers=AUTH).body.decode()
-    assert 'taskqueue_queue_depth{status="pending"} 3.0' in text and "taskqueue_active_workers" in text
+    assert 'taskqueue_queue_depth{queue="default",status="pending"} 3.0' in text and "taskqueue_active_workers" in text
     assert server.request("GET", "/ready", headers=AUTH).json() == {"status": "ok"}
     assert job_rows(conn) == 3
 

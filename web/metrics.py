@@ -7,6 +7,7 @@ worker serves the same database-wide values and no multiprocess directory is nee
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 from flask import Response
@@ -14,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from jobq.metrics import Metrics, snapshot
+from jobq.metrics import Metrics, Quantiles, snapshot
 from web.context import api
 from web.schemas import MetricsOut, resource
 
@@ -42,28 +43,62 @@ def as_prometheus() -> Response:
 
 
 class DatabaseCollector(Collector):
-    """Reads the metrics at each scrape and yields them under the seed's names."""
+    """Reads the metrics at each scrape and yields them under the seed's names
+    (``taskqueue_*``), every status and every queue present, zeros included, so a
+    series that drops to zero reads zero."""
 
     def __init__(self, read: Callable[[], Metrics]) -> None:
         self.read = read
 
     def collect(self) -> Iterator[Metric]:
         m = self.read()
-        depth = GaugeMetricFamily("taskqueue_queue_depth", "Jobs in each status now", labels=["status"])
-        for status, n in m.queue_depth.items():
-            depth.add_metric([status], n)
+        scopes = {"": m, **m.queues}  # "" labels the whole queue where a queue label is used
+        depth = GaugeMetricFamily("taskqueue_queue_depth", "Jobs in each status now", labels=["status", "queue"])
+        for queue, figures in m.queues.items():
+            for status, n in figures.queue_depth.items():
+                depth.add_metric([status, queue], n)
         yield depth
-        yield GaugeMetricFamily(
-            "taskqueue_active_workers", "Worker processes with a fresh heartbeat", value=m.active_workers
+        yield _gauge("taskqueue_active_workers", "Worker processes with a fresh heartbeat", m.active_workers)
+        yield _gauge("taskqueue_running_jobs", "Jobs running now", m.running_jobs)
+        totals = CounterMetricFamily("taskqueue_jobs", "Jobs by outcome since the start (monotonic)", labels=["status"])
+        for status, n in m.jobs_total.items():
+            totals.add_metric([status], n)
+        yield totals
+        yield _summary("taskqueue_execution_seconds", "Run time (started -> completed), trailing window", m)
+        yield _quantiles("taskqueue_start_latency_seconds", "run_at -> started, trailing window", m.start_latency_seconds)
+        yield _gauge("taskqueue_jobs_per_second", "Completions per second, trailing window", m.jobs_per_second)
+        yield _gauge("taskqueue_error_rate", "Failed runs / finished runs, trailing window", m.error_rate)
+        oldest = GaugeMetricFamily(
+            "taskqueue_oldest_pending_age_seconds", "How long the oldest due pending job has waited", labels=["queue"]
         )
-        yield GaugeMetricFamily("taskqueue_jobs_per_second", "Completions per second (trailing)", m.jobs_per_second)
-        yield GaugeMetricFamily("taskqueue_error_rate", "Failed runs / finished runs, trailing window", m.error_rate)
-        if m.avg_execution_seconds is not None:
-            yield GaugeMetricFamily(
-                "taskqueue_avg_execution_seconds", "Mean run time, trailing window", value=m.avg_execution_seconds
-            )
-        yield CounterMetricFamily("taskqueue_jobs_enqueued", "Jobs ever enqueued", value=m.total_jobs)
-        yield GaugeMetricFamily("taskqueue_dead_letter_count", "Dead letters not replayed", value=m.dead_letter_count)
+        for queue, figures in scopes.items():
+            oldest.add_metric([queue], figures.oldest_pending_age_seconds or 0.0)
+        yield oldest
+        yield _gauge("taskqueue_dead_letter_count", "Dead letters not replayed", m.dead_letter_count)
+        yield CounterMetricFamily("taskqueue_reclaimed", "Jobs taken back from lost workers", value=m.reclaimed_total)
+        yield CounterMetricFamily("taskqueue_timeouts", "Jobs killed at their timeout", value=m.timeouts_total)
+        yield CounterMetricFamily(
+            "taskqueue_stale_lease_rejections", "Outcome writes rejected for a stale lease", value=m.stale_lease_rejections_total
+        )
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _quantiles(name: str, documentation: str, q: Quantiles) -> Metric:
+    """A summary of quantiles only (NaN where the window is empty)."""
+    family = Metric(name, documentation, "summary")
+    for label, value in (("0.5", q.p50), ("0.95", q.p95), ("0.99", q.p99)):
+        family.add_sample(name, {"quantile": label}, math.nan if value is None else value)
+    return family
+
+
+def _summary(name: str, documentation: str, m: Metrics) -> Metric:
+    family = _quantiles(name, documentation, m.execution_seconds)
+    family.add_sample(name + "_count", {}, m.execution_seconds_count)
+    family.add_sample(name + "_sum", {}, m.execution_seconds_sum)
+    return family
 
 
 # Registered without describing (which would collect): nothing is read until a scrape.
