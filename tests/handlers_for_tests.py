@@ -72,3 +72,9 @@ def exit_now(job: jobq.Job) -> None:
 @jobq.register("segfault")
 def segfault(job: jobq.Job) -> None:
     ctypes.string_at(0)
+
+
+@jobq.register("leaky_fail")
+def leaky_fail(job: jobq.Job) -> None:
+    """Fails with its payload in the exception message, as careless handlers do."""
+    raise RuntimeError(f"could not process {job.payload}")
