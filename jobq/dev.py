@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import click
@@ -49,6 +50,8 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
             applied = migrate(conn, namespace=settings.advisory_namespace)
         env = {
             **os.environ,
+            # The Procfile names gunicorn and jobq: find this environment's, activated or not.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "DATABASE_URL": url,
             "PORT": str(port),
             # Listen on this machine only; the Procfile's config binds every interface.
@@ -79,7 +82,9 @@ def _commands(procfile: Path) -> dict[str, str]:
     missing = [name for name in PROCESSES if name not in processes]
     if missing:
         raise ConfigError("--procfile", f"{procfile} has no {' or '.join(missing)} line")
-    return dict(processes)
+    # exec: the process replaces honcho's shell, so that it gets the TERM itself and
+    # honcho waits for its graceful exit, not just the shell's.
+    return {name: f"exec {command}" for name, command in processes.items()}
 
 
 def _banner(port: int, where: str, migrations: int) -> None:

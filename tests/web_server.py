@@ -37,7 +37,7 @@ class WebServer:
     """``gunicorn -c deploy/gunicorn.conf.py 'web.app:create_app()'`` with its output in a file."""
 
     def __init__(self, database_url: str, workdir: Path, **env: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.workdir = workdir
         self.log_path = workdir / "gunicorn.log"
         self.env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(self.port), "WEB_CONCURRENCY": "2", **env}
@@ -101,7 +101,7 @@ class WebServer:
             return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
