@@ -65,13 +65,20 @@ def list_jobs(
     filters = {"status": status, "type": type, "queue": queue, "created_after": created_after}
     where = _where(filters)
     with connection(conn) as c:
-        with c.cursor(row_factory=class_row(Job)) as cur:
-            query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
-            items = cur.execute(query, {**filters, "limit": limit, "offset": offset}).fetchall()
         if type is None and created_after is None:
+            # The total is exact from the counters; it also bounds the scan: a page never
+            # asks for more rows than exist (a rare status stops as soon as all are found,
+            # one that has none is not searched at all).
             total = _total_from_counters(c, status=status, queue=queue)
+            wanted = max(0, min(limit, total - offset))
         else:
             total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, filters).fetchone()[0]  # type: ignore[index]
+            wanted = limit
+        items: list[Job] = []
+        if wanted:
+            with c.cursor(row_factory=class_row(Job)) as cur:
+                query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
+                items = cur.execute(query, {**filters, "limit": wanted, "offset": offset}).fetchall()
     return Page(items, int(total), limit, offset)
 
 

@@ -73,8 +73,8 @@ JOB_GET_BY_IDEMPOTENCY_KEYS = (
 JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
 
 # JOB_LIST: the SELECT and FROM of a listing; jobq.ledger adds the filters (with
-# psycopg.sql) and orders newest first (jobs_created_idx / jobs_status_created_idx /
-# jobs_type_created_idx).
+# psycopg.sql) and orders newest first (jobs_created_idx, jobs_type_created_idx or
+# jobs_dead_created_idx).
 JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
 JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"

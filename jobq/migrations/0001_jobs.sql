@@ -49,10 +49,13 @@ CREATE INDEX jobs_pending_claim_idx ON jobs (queue, priority DESC, run_at, id) W
 CREATE INDEX jobs_pending_run_at_idx ON jobs (queue, run_at) WHERE status = 'pending';
 -- The reaper: in-flight rows by heartbeat.
 CREATE INDEX jobs_inflight_heartbeat_idx ON jobs (heartbeat_at) WHERE status IN ('claimed', 'running');
--- Listing, newest first, unfiltered or by status or by type.
+-- Listing, newest first: unfiltered, by type, and the dead (rare among the finished).
+-- Listing by another status walks jobs_created_idx: pending and in-flight rows are
+-- the newest, done rows the many. No full index on status: every status change
+-- would write to it, and each full index costs every insert and update an entry.
 CREATE INDEX jobs_created_idx ON jobs (created_at DESC, id DESC);
-CREATE INDEX jobs_status_created_idx ON jobs (status, created_at DESC, id DESC);
 CREATE INDEX jobs_type_created_idx ON jobs (type, created_at DESC, id DESC);
+CREATE INDEX jobs_dead_created_idx ON jobs (created_at DESC, id DESC) WHERE status = 'dead';
 -- Trailing-window metrics and retention: finished rows by completion time.
 CREATE INDEX jobs_completed_idx ON jobs (completed_at) WHERE completed_at IS NOT NULL;
 -- A key stays taken while its job is in the table.
@@ -109,13 +112,20 @@ BEGIN
     ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
     -- One notification per queue per statement; PostgreSQL folds identical ones
     -- within a transaction, so a transaction inserting many rows sends one per queue.
-    PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
+    -- (SET jobq.notify = off, per session or database, leaves waking to the poll.)
+    IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
+        PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
+    END IF;
     RETURN NULL;
 END
 $$;
 
 CREATE FUNCTION jobs_counts_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    -- A statement that changed no row (an idle worker's empty claim) has nothing to count.
+    IF NOT EXISTS (SELECT FROM new_jobs) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO job_counters AS c (queue, type, name, slot, n)
     SELECT queue, type, name, pg_backend_pid() % 16, n
     FROM (
@@ -154,13 +164,18 @@ BEGIN
     ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
     -- Rows that are pending after the update (a retry, a reclaim, a job returned at
     -- shutdown) may be due before the next poll: wake the workers of their queues.
-    PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
+    IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
+        PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
+    END IF;
     RETURN NULL;
 END
 $$;
 
 CREATE FUNCTION jobs_counts_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT EXISTS (SELECT FROM old_jobs) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO job_counters AS c (queue, type, name, slot, n)
     SELECT queue, type, status, pg_backend_pid() % 16, -count(*)
     FROM old_jobs
