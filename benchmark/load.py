@@ -53,7 +53,7 @@ def run_once(args: argparse.Namespace, url: str, api: str | None, workers: int) 
     bodies = [{"type": "noop", "payload": {"i": i}} for i in range(args.jobs)]
     with contextlib.ExitStack() as stop:
         if workers:
-            stop.enter_context(stack.workers(url, workers, env={"JOBQ_LOG_LEVEL": "WARNING"}))
+            stop.enter_context(stack.workers(url, workers))
             time.sleep(1.5)  # booted and idle
         with Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -81,8 +81,8 @@ def run_once(args: argparse.Namespace, url: str, api: str | None, workers: int) 
         rows = conn.execute(LATENCIES).fetchall()
     if n_done != n_jobs or n_jobs < args.jobs * 0.99:
         raise SystemExit(f"only {n_done} of {n_jobs} jobs done within {args.timeout} s")
-    start_ms = [r[0] * 1000 for r in rows]
-    done_ms = [r[1] * 1000 for r in rows]
+    start_ms = [float(r[0]) * 1000 for r in rows]
+    done_ms = [float(r[1]) * 1000 for r in rows]
     return {
         "mode": args.mode,
         "client": args.client if args.mode == "http" else "-",

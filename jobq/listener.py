@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 
-from jobq import db
+from jobq import db, idle
 from jobq.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,10 @@ class Listener:
         self._backoff = 0.1
         return True
 
-    def wait(self, timeout: float, wake_fds: Sequence[int] = ()) -> str:
-        """Block until a notification for our queues, a byte on a wake-up fd, or the
-        timeout. Returns ``"notified"``, ``"woken"``, ``"timeout"`` or ``"reconnected"``."""
+    def wait(self, timeout: float, wake_fds: Sequence[int] = (), wakes: Callable[[int], bool] = lambda jobs: True) -> str:
+        """Block until a notification for our queues that ``wakes(jobs)`` accepts, a byte
+        on a wake-up fd, or the timeout. Returns ``"notified"``, ``"woken"``,
+        ``"timeout"`` or ``"reconnected"``."""
         deadline = time.monotonic() + timeout
         if self.conn is None:
             if time.monotonic() >= self._next_attempt and self.connect():
@@ -60,7 +61,7 @@ class Listener:
         while True:
             try:
                 # Notifications that arrived during our last query are already buffered.
-                if self._ours():
+                if self._ours(wakes):
                     return "notified"
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -77,9 +78,17 @@ class Listener:
             self.conn.close()
             self.conn = None
 
-    def _ours(self) -> bool:
+    @property
+    def listening(self) -> bool:
+        return self.conn is not None
+
+    def _ours(self, wakes: Callable[[int], bool]) -> bool:
         assert self.conn is not None
-        return any(note.payload in self.queues for note in self.conn.notifies(timeout=0))
+        for note in self.conn.notifies(timeout=0):
+            queue, jobs = idle.parse(note.payload)
+            if queue in self.queues and wakes(jobs):
+                return True
+        return False
 
     def _sleep(self, deadline: float, wake_fds: Sequence[int]) -> str:
         remaining = max(0.0, deadline - time.monotonic())

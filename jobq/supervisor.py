@@ -23,9 +23,10 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jobq import reports
+from jobq.idle import IdleBoard
 from jobq.maintenance import STOP_PATIENCE, Maintenance
 from jobq.settings import Settings
 from jobq.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
@@ -54,12 +55,12 @@ class WorkerProcess:
     worker_id: str
     reader: reports.Reader
     spawned: float
+    slot: int  # its byte on the idle board
     current: reports.Started | None = None
     boot_error: str | None = None
     retiring: bool = False  # asked to stop (TERM sent)
     retire_deadline: float | None = None
     kill_kind: str | None = None  # why we SIGKILLed it: "timeout" or "shutdown"
-    handled: int = field(default=0)
 
 
 class Supervisor:
@@ -74,6 +75,7 @@ class Supervisor:
         self.stopping = False
         self.crash_delay = 0.0
         self.respawn_after = 0.0
+        self.idle_board = IdleBoard()  # shared with every worker forked from here
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -167,7 +169,9 @@ class Supervisor:
     def spawn_worker(self) -> None:
         token = secrets.token_hex(3)
         read_fd, write_fd = reports.report_pipe()
-        worker = Worker(self.settings, token, write_fd)
+        slot = self.free_slot()
+        self.idle_board.mark(slot, False)
+        worker = Worker(self.settings, token, write_fd, self.idle_board, slot)
         pid = _fork()
         if pid == 0:
             os.close(read_fd)
@@ -175,8 +179,13 @@ class Supervisor:
         os.close(write_fd)
         _set_process_group(pid)
         worker_id = worker_name(self.hostname, pid, token)
-        self.workers[pid] = WorkerProcess(pid, worker_id, reports.Reader(read_fd), time.monotonic())
+        self.workers[pid] = WorkerProcess(pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot)
         log.info("supervisor.spawned worker=%s", worker_id)
+
+    def free_slot(self) -> int:
+        """The lowest slot of the idle board no live worker holds."""
+        taken = {proc.slot for proc in self.workers.values()}
+        return next(slot for slot in range(self.idle_board.slots) if slot not in taken)
 
     def spawn_maintenance(self) -> None:
         read_fd, write_fd = reports.report_pipe()
@@ -221,7 +230,6 @@ class Supervisor:
         for message in messages:
             if isinstance(message, reports.Started):
                 proc.current = message
-                proc.handled += 1
             elif isinstance(message, reports.Idle):
                 proc.current = None
             elif isinstance(message, reports.BootError):
@@ -250,6 +258,7 @@ class Supervisor:
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         self.read_reports_of(proc)
         os.close(proc.reader.fd)
+        self.idle_board.mark(proc.slot, False)  # a worker that died waiting is not idle
         code = os.waitstatus_to_exitcode(status)
         if code == EXIT_BOOT_ERROR and proc.boot_error is not None and not self.stopping:
             raise Halt(f"worker failed to boot: {proc.boot_error}")

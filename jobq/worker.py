@@ -37,6 +37,7 @@ from jobq.claims import Claimed, Held
 from jobq.errors import DatabaseUnavailable, SchemaError, UnknownJobType
 from jobq.handlers import registry
 from jobq.heartbeat import DEFER_RUNNING, Heartbeat
+from jobq.idle import IdleBoard
 from jobq.listener import Listener
 from jobq.migrate import check_schema
 from jobq.session import ClaimSession
@@ -103,10 +104,12 @@ class Buffer:
 class Worker:
     """One worker process. The constructor has no side effects; :meth:`run` does the work."""
 
-    def __init__(self, settings: Settings, token: str, report_fd: int) -> None:
+    def __init__(self, settings: Settings, token: str, report_fd: int, board: IdleBoard, slot: int) -> None:
         self.settings = settings
         self.token = token
         self.report_fd = report_fd
+        self.board = board
+        self.slot = slot
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = list(settings.queues)
@@ -223,7 +226,13 @@ class Worker:
         timeout = self.settings.poll_interval
         if next_in is not None:
             timeout = min(timeout, max(next_in, IDLE_RECHECK))
-        self.listener.wait(timeout, [self.wake_r])
+        # Counted idle only while listening: a worker without a notification to wait
+        # for must not keep the others from waking.
+        self.board.mark(self.slot, self.listener.listening)
+        try:
+            self.listener.wait(timeout, [self.wake_r], lambda jobs: self.board.wakes(self.slot, jobs))
+        finally:
+            self.board.mark(self.slot, False)
         self.drain_wake_pipe()
         if os.getppid() != self.parent_pid:
             self.request_stop("parent died")

@@ -84,7 +84,7 @@ def test_enqueue_in_a_committed_transaction_wakes_workers_at_commit(database_url
         jobq.enqueue("noop", queue="mail", conn=tx_conn)
         assert notifications(listener, 0.2) == []
         tx_conn.commit()
-    assert notifications(listener) == ["mail"]
+    assert notifications(listener) == ["mail 1"]  # the queue, and how many jobs
     assert job_count(conn) == 1
 
 
@@ -95,7 +95,7 @@ def test_enqueue_many_keeps_order_and_sends_one_wakeup_per_queue(conn, listener)
     assert time.monotonic() - started < 30  # a generous protocol bound, not a speed test
     assert [job.payload["i"] for job in jobs] == list(range(10_000))
     assert job_count(conn) == 10_000
-    assert sorted(notifications(listener)) == ["a", "b"]
+    assert sorted(notifications(listener)) == ["a 5000", "b 5000"]
 
 
 def test_enqueue_many_is_all_or_nothing(conn):

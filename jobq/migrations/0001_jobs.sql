@@ -110,11 +110,13 @@ BEGIN
     GROUP BY queue, type, name
     ORDER BY queue, type, name
     ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
-    -- One notification per queue per statement; PostgreSQL folds identical ones
-    -- within a transaction, so a transaction inserting many rows sends one per queue.
-    -- (SET jobq.notify = off, per session or database, leaves waking to the poll.)
+    -- One notification per queue per statement, never one per row: its payload is the
+    -- queue and how many jobs became pending, so that no more idle workers wake than
+    -- there are jobs. (SET jobq.notify = off, per session or database, leaves waking
+    -- to the poll.)
     IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
-        PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
+        PERFORM pg_notify('jobq', queue || ' ' || n)
+        FROM (SELECT queue, count(*) AS n FROM new_jobs WHERE status = 'pending' GROUP BY queue) AS q;
     END IF;
     RETURN NULL;
 END
@@ -165,7 +167,8 @@ BEGIN
     -- Rows that are pending after the update (a retry, a reclaim, a job returned at
     -- shutdown) may be due before the next poll: wake the workers of their queues.
     IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
-        PERFORM pg_notify('jobq', queue) FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'pending') AS q;
+        PERFORM pg_notify('jobq', queue || ' ' || n)
+        FROM (SELECT queue, count(*) AS n FROM new_jobs WHERE status = 'pending' GROUP BY queue) AS q;
     END IF;
     RETURN NULL;
 END

@@ -1,0 +1,109 @@
+"""Does observing the queue stay cheap as history grows? Scrape and inspect times with a
+million finished jobs in the table (and some of every other state).
+
+    python benchmark/observe.py [--finished 1000000] [--scrapes 30] [--database-url URL] [--json]
+
+Fills the table (synthetic finished jobs, plus pending, running and dead ones), lets
+the maintenance leader take its counter samples, then times, over loopback:
+``GET /metrics`` and ``GET /metrics/prometheus`` against Gunicorn as the Procfile
+starts it, and ``jobq inspect --json`` (the whole command, interpreter start
+included, and the snapshot it takes, alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psycopg
+
+import jobq
+import stack
+from common import database, emit, environment, migrated, reset
+from jobq.inspection import snapshot
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+from scale import CHUNK, FILL_FINISHED
+
+# Besides the history: scheduled jobs, dead jobs and their dead letters.
+FILL_OTHERS = (
+    "INSERT INTO jobs (type, payload, run_at) "
+    "SELECT 'noop', '{}', now() + interval '1 day' FROM generate_series(1, 10000); "
+    "INSERT INTO jobs (type, payload, status, error, completed_at) "
+    "SELECT 'always_fail', '{}', 'dead', 'RuntimeError: always', now() FROM generate_series(1, 1000); "
+    "INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts) "
+    "SELECT id, type, queue, payload, priority, max_retries, error, 1 FROM jobs WHERE status = 'dead'"
+)
+
+
+def timed(action, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        action()
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return {"median_ms": round(statistics.median(times), 1), "max_ms": round(times[-1], 1)}
+
+
+def get(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        response.read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--scrapes", type=int, default=30)
+    parser.add_argument("--database-url")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    with database(args.database_url) as url:
+        migrated(url)
+        reset(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for start in range(0, args.finished, CHUNK):
+                conn.execute(FILL_FINISHED, {"n": min(CHUNK, args.finished - start)})
+            conn.execute(FILL_OTHERS)
+            conn.execute("VACUUM ANALYZE jobs")
+            rows = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+        with stack.workers(url, 1, env={"JOBQ_LOG_LEVEL": "WARNING"}), stack.gunicorn(url) as api:
+            time.sleep(6)  # a couple of counter samples by the maintenance leader
+            get(api + "/metrics")
+            scrape_json = timed(lambda: get(api + "/metrics"), args.scrapes)
+            scrape_prometheus = timed(lambda: get(api + "/metrics/prometheus"), args.scrapes)
+        env = {**os.environ, "DATABASE_URL": url}
+        command = timed(
+            lambda: subprocess.run([sys.executable, "-m", "jobq", "inspect", "--json"], env=env, check=True,
+                                   capture_output=True),
+            5,
+        )
+        with psycopg.connect(url, autocommit=True) as conn:
+            inspect_query = timed(lambda: snapshot(conn, namespace=DEFAULT_ADVISORY_NAMESPACE), args.scrapes)
+            depth = jobq.counts(conn=conn).depth
+    result = {
+        **environment(),
+        "rows": rows,
+        "depth": depth,
+        "metrics_json": scrape_json,
+        "metrics_prometheus": scrape_prometheus,
+        "inspect_command": command,
+        "inspect_snapshot": inspect_query,
+    }
+    if args.json:
+        emit(result, True)
+    else:
+        print(f"table: {rows:,} jobs {depth}")
+        print(f"GET /metrics             median {scrape_json['median_ms']} ms, max {scrape_json['max_ms']} ms")
+        print(f"GET /metrics/prometheus  median {scrape_prometheus['median_ms']} ms, max {scrape_prometheus['max_ms']} ms")
+        print(f"jobq inspect --json      median {command['median_ms']} ms (the whole command), "
+              f"snapshot alone {inspect_query['median_ms']} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""A short smoke run of each benchmark, from this checkout: they start, check their own
+results and report. (Their figures are not asserted: speed lives in benchmark/.)"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.benchmark
+
+BENCHMARK = Path(__file__).resolve().parent.parent / "benchmark"
+
+
+def run(script: str, *args: str, timeout: float = 240) -> dict:
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARK / script), *args, "--json"],
+        capture_output=True, text=True, timeout=timeout, cwd=BENCHMARK,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_math_benchmark_checks_every_result():
+    report = run("math_benchmark.py", "--jobs", "60", "--workers", "1")
+    assert (report["submitted"], report["correct"], report["incorrect"], report["failed_or_timed_out"]) == (60, 60, 0, 0)
+    assert set(report["types"]) == {"is_prime", "collatz", "sha256_chain"}
+    assert report["throughput_per_s"] > 0 and report["latency_ms"]["p99"] >= report["latency_ms"]["p50"]
+
+
+def test_load_benchmark_measures_every_stage(tmp_path):
+    report = run("load.py", "--jobs", "300", "--concurrency", "8", "--workers", "1", "--client", "python",
+                 "--plot-dir", str(tmp_path))
+    (single,) = report["runs"]
+    assert single["jobs"] == 300 and single["enqueue_per_s"] > 0 and single["end_to_end_per_s"] > 0
+    assert single["enqueue_to_done_ms"]["p99"] >= single["enqueue_to_start_ms"]["p50"] > 0
+    assert (tmp_path / "latency_distribution.png").stat().st_size > 1000
+
+
+def test_load_benchmark_batch_and_library_modes():
+    for mode in ("batch", "library"):
+        (single,) = run("load.py", "--jobs", "500", "--mode", mode, "--batch", "100", "--workers", "1")["runs"]
+        assert single["mode"] == mode and single["jobs"] == 500
+
+
+def test_scale_benchmark_covers_every_scenario(tmp_path):
+    report = run("scale.py", "--scale", "0.0005", "--claims", "30", "--drain", "300", "--workers", "1",
+                 "--plot", str(tmp_path / "claim.png"))
+    assert [s["scenario"] for s in report["scenarios"]] == [
+        "empty table", "1 M finished", "5 M finished", "5 M finished + 100 k backlog", "5 M finished + 1 M backlog",
+    ]
+    assert all(s["claim"]["p50_ms"] > 0 and s["drain"]["jobs_per_s"] > 0 for s in report["scenarios"])
+    assert (tmp_path / "claim.png").exists()
+
+
+def test_drain_and_enqueue_benchmarks():
+    drain = run("drain.py", "--jobs", "1000", "--workers", "1", "--latency-jobs", "50", "--rate", "50")
+    assert drain["drain"]["jobs"] == 1000 and drain["latency"]["p50_ms"] > 0
+    enqueue = run("enqueue.py", "--jobs", "2000", "--rounds", "1")
+    assert enqueue["enqueue_many_jobs_per_s"] > 0 and enqueue["ratio"] > 0
+
+
+def test_observe_benchmark_times_scrapes_and_inspect():
+    report = run("observe.py", "--finished", "5000", "--scrapes", "3")
+    assert report["rows"] == 5000 + 10000 + 1000
+    assert report["metrics_json"]["median_ms"] > 0 and report["metrics_prometheus"]["median_ms"] > 0
+    assert report["inspect_command"]["median_ms"] > 0 and report["inspect_snapshot"]["median_ms"] > 0
