@@ -168,15 +168,15 @@ def plot(results: list[dict], directory: Path) -> None:
         ax.set_title(f"Throughput against worker count ({results[0]['mode']}, C={results[0]['concurrency']})")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(directory / "throughput_vs_workers.png", dpi=110)
+        fig.savefig(directory / f"throughput_vs_workers_{results[0]['mode']}.png", dpi=110)
     fig, ax = plt.subplots(figsize=(7, 4))
-    best = results[-1]
+    best = max(results, key=lambda r: r["end_to_end_per_s"])
     ax.hist(best["_done_ms"], bins=80)
     ax.set_xlabel("enqueue -> done (ms)")
     ax.set_ylabel("jobs")
     ax.set_title(f"Latency distribution ({best['mode']}, {best['jobs']:,} jobs, W={best['workers']})")
     fig.tight_layout()
-    fig.savefig(directory / "latency_distribution.png", dpi=110)
+    fig.savefig(directory / f"latency_distribution_{best['mode']}.png", dpi=110)
 
 
 def main() -> None:

@@ -9,17 +9,12 @@ from jobq import queries
 from jobq.db import Connection, connection
 from jobq.errors import AlreadyReplayed, DeadLetterNotFound
 from jobq.job import DeadLetter, Job
-from jobq.ledger import DEFAULT_LIMIT, Page, check_id, check_page
+from jobq.ledger import DEFAULT_LIMIT, Page, check_id, check_page, fetch_by_id
 
 
 def get(dead_letter_id: int, *, conn: Connection | None = None) -> DeadLetter:
     """One dead-letter row. Raises :class:`DeadLetterNotFound`."""
-    check_id(dead_letter_id)
-    with connection(conn) as c, c.cursor(row_factory=class_row(DeadLetter)) as cur:
-        row = cur.execute(queries.DEAD_LETTER_GET, {"id": dead_letter_id}).fetchone()
-    if row is None:
-        raise DeadLetterNotFound(dead_letter_id)
-    return row
+    return fetch_by_id(DeadLetter, queries.DEAD_LETTER_GET, dead_letter_id, DeadLetterNotFound, conn)
 
 
 def list_dead(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Generic, TypeVar
@@ -34,12 +35,19 @@ class Page(Generic[Row]):
 
 def get(job_id: int, *, conn: Connection | None = None) -> Job:
     """The job with this id. Raises :class:`JobNotFound`."""
-    check_id(job_id)
-    with connection(conn) as c, c.cursor(row_factory=class_row(Job)) as cur:
-        job = cur.execute(queries.JOB_GET, {"id": job_id}).fetchone()
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
+    return fetch_by_id(Job, queries.JOB_GET, job_id, JobNotFound, conn)
+
+
+def fetch_by_id(
+    row_type: type[Row], statement: str, row_id: int, missing: Callable[[int], Exception], conn: Connection | None
+) -> Row:
+    """One row of ``row_type`` by primary key; raises ``missing(row_id)`` without one."""
+    check_id(row_id)
+    with connection(conn) as c, c.cursor(row_factory=class_row(row_type)) as cur:
+        row = cur.execute(statement, {"id": row_id}).fetchone()
+    if row is None:
+        raise missing(row_id)
+    return row
 
 
 def list_jobs(

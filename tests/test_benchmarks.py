@@ -35,7 +35,7 @@ def test_load_benchmark_measures_every_stage(tmp_path):
     (single,) = report["runs"]
     assert single["jobs"] == 300 and single["enqueue_per_s"] > 0 and single["end_to_end_per_s"] > 0
     assert single["enqueue_to_done_ms"]["p99"] >= single["enqueue_to_start_ms"]["p50"] > 0
-    assert (tmp_path / "latency_distribution.png").stat().st_size > 1000
+    assert (tmp_path / "latency_distribution_http.png").stat().st_size > 1000
 
 
 def test_load_benchmark_batch_and_library_modes():

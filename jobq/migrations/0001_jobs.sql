@@ -98,6 +98,18 @@ CREATE TABLE job_counters (
 -- Statement-level triggers see every row a statement changed through its transition
 -- tables, so a claim of fifty rows costs one counter upsert, not fifty, and raw SQL
 -- written by other programs is counted (and wakes workers) like jobq's own.
+-- Waking idle workers: one notification per queue per statement, never one per row;
+-- its payload is the queue and how many of its jobs became pending, so that no more
+-- idle workers wake than there are jobs. SET jobq.notify = off (per session, or for
+-- the database) leaves waking to the workers' poll.
+CREATE FUNCTION jobq_wake(queues text[], counts bigint[]) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
+        PERFORM pg_notify('jobq', q || ' ' || n) FROM unnest(queues, counts) AS u(q, n);
+    END IF;
+END
+$$;
+
 CREATE FUNCTION jobs_counts_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO job_counters AS c (queue, type, name, slot, n)
@@ -110,14 +122,8 @@ BEGIN
     GROUP BY queue, type, name
     ORDER BY queue, type, name
     ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
-    -- One notification per queue per statement, never one per row: its payload is the
-    -- queue and how many jobs became pending, so that no more idle workers wake than
-    -- there are jobs. (SET jobq.notify = off, per session or database, leaves waking
-    -- to the poll.)
-    IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
-        PERFORM pg_notify('jobq', queue || ' ' || n)
-        FROM (SELECT queue, count(*) AS n FROM new_jobs WHERE status = 'pending' GROUP BY queue) AS q;
-    END IF;
+    PERFORM jobq_wake(array_agg(queue), array_agg(n))
+    FROM (SELECT queue, count(*) AS n FROM new_jobs WHERE status = 'pending' GROUP BY queue) AS q;
     RETURN NULL;
 END
 $$;
@@ -166,10 +172,8 @@ BEGIN
     ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n;
     -- Rows that are pending after the update (a retry, a reclaim, a job returned at
     -- shutdown) may be due before the next poll: wake the workers of their queues.
-    IF current_setting('jobq.notify', true) IS DISTINCT FROM 'off' THEN
-        PERFORM pg_notify('jobq', queue || ' ' || n)
-        FROM (SELECT queue, count(*) AS n FROM new_jobs WHERE status = 'pending' GROUP BY queue) AS q;
-    END IF;
+    PERFORM jobq_wake(array_agg(queue), array_agg(n))
+    FROM (SELECT queue, count(*) AS n FROM new_jobs WHERE status = 'pending' GROUP BY queue) AS q;
     RETURN NULL;
 END
 $$;
