@@ -25,6 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 from common import database, emit, environment, migrated, reset
 from stack import gunicorn
 
@@ -78,12 +81,21 @@ def wrk(url: str, script: Path, seconds: int, connections: int) -> float:
     return rate * (total - int(failed.group(1))) / total if failed else rate
 
 
+def notify(setting: str, url: str) -> None:
+    """Turn the enqueue triggers' NOTIFY on or off for new sessions of the database."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        database = conn.info.dbname
+        conn.execute(sql.SQL("ALTER DATABASE {} SET jobq.notify = {}").format(sql.Identifier(database), sql.Literal(setting)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--database-url")
+    parser.add_argument("--no-notify", action="store_true",
+                        help="SET jobq.notify = off for the database: what NOTIFY costs the enqueues")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -92,6 +104,7 @@ def main() -> None:
     singles, batches, stolen = [], [], []
     with tempfile.TemporaryDirectory(prefix="jobq-bench-api-") as tmp, database(args.database_url) as url:
         migrated(url)
+        notify("off" if args.no_notify else "on", url)
         post, batch = Path(tmp) / "post.lua", Path(tmp) / "batch.lua"
         post.write_text(POST_SCRIPT)
         batch.write_text(batch_script(Path(tmp) / "batch.json"))
@@ -104,8 +117,10 @@ def main() -> None:
                 batches.append(BATCH * wrk(base + "/jobs/batch", batch, args.seconds, min(args.connections, 8)))
                 stolen.append(stolen_seconds() - before)
             reset(url)
+        notify("on", url)
     result = {
         **environment(),
+        "notify": not args.no_notify,
         "cores": os.cpu_count(),
         "rounds": args.rounds,
         "seconds": args.seconds,

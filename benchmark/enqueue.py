@@ -4,14 +4,17 @@
 
 Each round truncates the tables, COPYs N rows (type, queue, payload, priority,
 max_retries) straight into ``jobs``, truncates again and enqueues the same N rows
-with ``jobq.enqueue_many`` (validation, the array insert, RETURNING of every row).
-The median of the rounds is reported.
+with ``jobq.enqueue_many`` (validation, then COPY with reserved ids). Then what NOTIFY
+costs: single-job enqueues, one transaction each, from several threads, with the
+wake-up notifications on and off (PostgreSQL serialises the commits of
+transactions that notify). Medians of the rounds are reported.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 
 import psycopg
@@ -44,10 +47,29 @@ def enqueue_many(url: str, jobs: list[dict]) -> float:
         return time.perf_counter() - started
 
 
+def singles(url: str, n: int, threads: int, notify: str) -> float:
+    """Single-job enqueues, one transaction each, from ``threads`` connections at once
+    (``jobq.notify`` on or off for those sessions): jobs/s."""
+    def one_thread(count: int) -> None:
+        with psycopg.connect(url, autocommit=True, options=f"-c jobq.notify={notify}") as conn:
+            for _ in range(count):
+                jobq.enqueue("noop", conn=conn)
+
+    workers = [threading.Thread(target=one_thread, args=(n // threads,)) for _ in range(threads)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return (n // threads * threads) / (time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--singles", type=int, default=4000, help="single enqueues for the NOTIFY comparison")
+    parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--database-url")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -61,6 +83,11 @@ def main() -> None:
             copy_times.append(raw_copy(url, jobs))
             reset(url)
             enqueue_times.append(enqueue_many(url, jobs))
+        single_rates: dict[str, list[float]] = {"on": [], "off": []}
+        for _ in range(args.rounds):
+            for setting in ("on", "off"):
+                reset(url)
+                single_rates[setting].append(singles(url, args.singles, args.threads, setting))
         reset(url)
     copy_rate = args.jobs / statistics.median(copy_times)
     enqueue_rate = args.jobs / statistics.median(enqueue_times)
@@ -71,12 +98,19 @@ def main() -> None:
         "raw_copy_rows_per_s": round(copy_rate),
         "enqueue_many_jobs_per_s": round(enqueue_rate),
         "ratio": round(enqueue_rate / copy_rate, 3),
+        "single_enqueues_threads": args.threads,
+        "single_enqueues_per_s_notify_on": round(statistics.median(single_rates["on"])),
+        "single_enqueues_per_s_notify_off": round(statistics.median(single_rates["off"])),
     }
     if args.json:
         emit(result, True)
     else:
         print(f"raw COPY       {copy_rate:>10,.0f} rows/s")
         print(f"enqueue_many   {enqueue_rate:>10,.0f} jobs/s   ({enqueue_rate / copy_rate:.0%} of COPY)")
+        print(
+            f"single enqueues, {args.threads} threads: {result['single_enqueues_per_s_notify_on']:,} jobs/s with NOTIFY, "
+            f"{result['single_enqueues_per_s_notify_off']:,} without"
+        )
 
 
 if __name__ == "__main__":
