@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -22,10 +23,12 @@ from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
 @contextlib.contextmanager
 def database(url: str | None) -> Iterator[str]:
-    """``url`` as given, or a fresh embedded server (default settings: fsync on) for the run."""
+    """``url`` as given, or a fresh embedded server (default settings: fsync on) for the run,
+    deleted afterwards (also when the run is stopped with TERM)."""
     if url:
         yield url
         return
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="jobq-bench-") as base:
         server = EmbeddedPostgres(Path(base) / "pg", settings={"max_connections": "200"})
         server.start()
