@@ -42,7 +42,7 @@ test-api:
 
 # Everything, with line coverage of the installed package; the report is htmlcov/index.html.
 coverage:
-	$(MAKE) test PYTEST_ARGS="--cov=jobq --cov=web --cov-report=term --cov-report=html $(PYTEST_ARGS)"
+	$(MAKE) test PYTEST_ARGS="--cov --cov-report=term --cov-report=html $(PYTEST_ARGS)"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage
+	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage*
