@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 
 import psycopg
@@ -83,3 +86,9 @@ def settle(conn: psycopg.Connection, claimed: claims.Claimed, status: str) -> No
         complete(conn, [claimed])
     elif status == "dead":
         fail(conn, [claimed])
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m jobq *args`` with only ``env`` set (and coverage's own variables, if it runs)."""
+    bare = {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k.startswith("COVERAGE_")}}
+    return subprocess.run([sys.executable, "-m", "jobq", *args], env={**bare, **env}, capture_output=True, text=True)

@@ -1,13 +1,11 @@
 import json
-import subprocess
-import sys
 
 import psycopg
 import pytest
 
 import jobq
 from jobq import presence
-from support import claim, drain
+from support import claim, drain, run_cli
 
 pytestmark = pytest.mark.db
 
@@ -21,10 +19,7 @@ def test_inspect_json_reports_depth_workers_failures_dead_letters_and_locks(conn
         (held,) = claim(worker, 1, ["mail"], worker_id="host:9:abc")
         worker_pid = worker.info.backend_pid
         jobq.enqueue("noop", queue="mail", conn=conn)
-        result = subprocess.run(
-            [sys.executable, "-m", "jobq", "inspect", "--json"],
-            env={"DATABASE_URL": database_url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-        )
+        result = run_cli("inspect", "--json", DATABASE_URL=database_url)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["depth"] == {"pending": 1, "claimed": 1, "running": 0, "done": 2, "failed": 0, "dead": 1}
@@ -39,10 +34,7 @@ def test_inspect_json_reports_depth_workers_failures_dead_letters_and_locks(conn
 
 def test_inspect_prints_tables(conn, database_url):
     jobq.enqueue("noop", conn=conn)
-    result = subprocess.run(
-        [sys.executable, "-m", "jobq", "inspect"],
-        env={"DATABASE_URL": database_url, "PATH": "/usr/bin:/bin", "COLUMNS": "160"}, capture_output=True, text=True,
-    )
+    result = run_cli("inspect", DATABASE_URL=database_url, COLUMNS="160")
     assert result.returncode == 0, result.stderr
     for title in ("depth by queue and status", "workers", "oldest due pending job", "recent failures",
                   "dead letters waiting", "advisory locks held"):

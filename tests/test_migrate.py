@@ -1,5 +1,3 @@
-import subprocess
-import sys
 import threading
 import uuid
 
@@ -10,6 +8,7 @@ from psycopg import conninfo, sql
 from jobq.errors import SchemaTooNew, SchemaTooOld
 from jobq.migrate import applied_version, check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+from support import run_cli
 
 pytestmark = pytest.mark.db
 
@@ -75,19 +74,15 @@ def test_running_processes_refuse_a_schema_older_than_they_need(empty_database):
 
 
 def test_cli_migrate_applies_then_reports_nothing_to_do(empty_database):
-    env = {"DATABASE_URL": empty_database, "PATH": "/usr/bin:/bin"}
-    first = subprocess.run([sys.executable, "-m", "jobq", "migrate"], env=env, capture_output=True, text=True)
-    second = subprocess.run([sys.executable, "-m", "jobq", "migrate"], env=env, capture_output=True, text=True)
+    first = run_cli("migrate", DATABASE_URL=empty_database)
+    second = run_cli("migrate", DATABASE_URL=empty_database)
     assert first.returncode == 0, first.stderr
     assert "applied" in first.stdout
     assert second.returncode == 0 and "nothing to do" in second.stdout
 
 
 def test_cli_migrate_without_a_reachable_database_fails_in_one_line():
-    env = {"DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none", "PATH": "/usr/bin:/bin"}
-    result = subprocess.run(
-        [sys.executable, "-m", "jobq", "migrate", "--wait", "0"], env=env, capture_output=True, text=True
-    )
+    result = run_cli("migrate", "--wait", "0", DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("jobq: ") and "database unavailable" in lines[-1]
@@ -95,8 +90,6 @@ def test_cli_migrate_without_a_reachable_database_fails_in_one_line():
 
 
 def test_cli_without_database_url_names_the_variable():
-    result = subprocess.run(
-        [sys.executable, "-m", "jobq", "migrate"], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
-    )
+    result = run_cli("migrate")
     assert result.returncode == 1
     assert result.stderr.strip() == "jobq: DATABASE_URL: is not set; point it at your PostgreSQL database"

@@ -1,11 +1,8 @@
-import subprocess
-import sys
-
 import pytest
 
 import jobq
 from jobq.retention import prune
-from support import drain
+from support import drain, run_cli
 
 pytestmark = pytest.mark.db
 
@@ -41,10 +38,7 @@ def test_prune_leaves_pending_and_in_flight_jobs_alone(conn):
 
 def test_cli_prune_reports_what_it_deleted(conn, database_url):
     finish_jobs(conn)
-    result = subprocess.run(
-        [sys.executable, "-m", "jobq", "prune", "--older-than", "60"],
-        env={"DATABASE_URL": database_url, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-    )
+    result = run_cli("prune", "--older-than", "60", DATABASE_URL=database_url)
     assert result.returncode == 0, result.stderr
     assert "deleted 4 finished job(s)" in result.stdout
 
@@ -53,8 +47,7 @@ def test_cli_dead_replay_and_discard(conn, database_url):
     jobq.enqueue("always_fail", max_retries=0, conn=conn)
     drain(conn)
     (row,) = jobq.list_dead(conn=conn).items
-    env = {"DATABASE_URL": database_url, "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "jobq", "dead", *args], env=env, capture_output=True, text=True)  # noqa: E731
+    run = lambda *args: run_cli("dead", *args, DATABASE_URL=database_url, COLUMNS="200")  # noqa: E731
     listing = run("list")
     assert listing.returncode == 0 and "always_fail" in listing.stdout
     replayed = run("replay", str(row.id))
