@@ -4,8 +4,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
+AREAS := unit once dlq retry reaper daemon api
 
-.PHONY: run test test-unit test-once test-dlq test-retry test-reaper test-daemon test-api coverage clean
+.PHONY: run test $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,22 +27,11 @@ test: $(BIN)/python
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # One area at a time, like the seed's run_tests.sh modes.
-test-unit:
-	$(MAKE) test PYTEST_ARGS="-m unit $(PYTEST_ARGS)"
-test-once:
-	$(MAKE) test PYTEST_ARGS="-m once $(PYTEST_ARGS)"
-test-dlq:
-	$(MAKE) test PYTEST_ARGS="-m dlq $(PYTEST_ARGS)"
-test-retry:
-	$(MAKE) test PYTEST_ARGS="-m retry $(PYTEST_ARGS)"
-test-reaper:
-	$(MAKE) test PYTEST_ARGS="-m reaper $(PYTEST_ARGS)"
-test-daemon:
-	$(MAKE) test PYTEST_ARGS="-m daemon $(PYTEST_ARGS)"
-test-api:
-	$(MAKE) test PYTEST_ARGS="-m api $(PYTEST_ARGS)"
+$(addprefix test-,$(AREAS)): test-%:
+	$(MAKE) test PYTEST_ARGS="-m $* $(PYTEST_ARGS)"
 
-# Everything, with line coverage of the installed package; the report is htmlcov/index.html.
+# Everything, with line coverage of the installed package in every process the tests
+# start (setup.cfg's [coverage:run]); the report is htmlcov/index.html.
 coverage:
 	$(MAKE) test PYTEST_ARGS="--cov --cov-report=term --cov-report=html $(PYTEST_ARGS)"
 
