@@ -75,12 +75,6 @@ class EmbeddedPostgres:
         """A libpq URL for this server (the Unix socket)."""
         return f"postgresql://{SUPERUSER}@/{dbname}?host={self.socket_dir}&port={self.port or 5432}"
 
-    def tcp_url(self, dbname: str = "postgres") -> str:
-        """A libpq URL over loopback TCP (only when started with a port)."""
-        if self.port is None:
-            raise ValueError("this instance listens on a Unix socket only")
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
-
     @property
     def initialised(self) -> bool:
         return (self.data_dir / "PG_VERSION").exists()

@@ -28,7 +28,3 @@ def leave(conn: Connection, worker_id: str) -> None:
 def remove_stale(conn: Connection, stale_seconds: float) -> list[str]:
     """Delete the rows of workers whose heartbeat stopped; return their ids."""
     return [row[0] for row in conn.execute(queries.WORKER_DELETE_IF_STALE, {"stale_seconds": stale_seconds})]
-
-
-def count_active(conn: Connection, stale_seconds: float) -> int:
-    return int(conn.execute(queries.WORKER_COUNT_ACTIVE, {"stale_seconds": stale_seconds}).fetchone()[0])  # type: ignore[index]

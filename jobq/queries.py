@@ -343,11 +343,6 @@ WORKER_DELETE_IF_STALE = (
     "DELETE FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) RETURNING id"
 )
 
-# WORKER_COUNT_ACTIVE: worker processes whose heartbeat is fresh.
-WORKER_COUNT_ACTIVE = (
-    "SELECT count(*) FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
-)
-
 # ---------------------------------------------------------------------------------------
 # Inspection (jobq inspect)
 

@@ -37,7 +37,6 @@ EXIT_HALTED = EXIT_BOOT_ERROR  # the supervisor gives up: a worker cannot boot
 TICK = 0.1  # seconds between two passes of the loop when nothing happens
 CRASH_WINDOW = 5.0  # a worker that dies sooner than this after its spawn counts towards a crash loop
 CRASH_BACKOFF_MAX = 30.0
-CHILD_KILL_WAIT = 5.0  # after SIGKILL, how long to wait for the kernel to report the exit
 
 SIGNALS = ("HUP", "QUIT", "INT", "TERM", "TTIN", "TTOU", "CHLD")
 

@@ -6,7 +6,7 @@ import pytest
 import jobq
 from jobq import claims
 from jobq.errors import InvalidArgument, JobNotCancellable, JobNotFound
-from support import LOCK_BASE, claim, complete, drain, fail, held, settle
+from support import claim, complete, drain, fail, held, settle
 
 pytestmark = pytest.mark.db
 

@@ -64,11 +64,6 @@ def lookup(name: str) -> Handler:
         raise UnknownJobType(name) from None
 
 
-def registered() -> list[str]:
-    """The registered job type names, sorted."""
-    return sorted(_handlers)
-
-
 def load(modules: Iterable[str]) -> None:
     """Import the built-in handlers and ``modules`` so that they register.
 
