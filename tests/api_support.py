@@ -1,7 +1,7 @@
 """What the API tests share: apps over the test database, and the error-shape checks.
 
-Test modules import the fixtures they use from here (pytest finds fixtures in a test
-module's namespace).
+Its fixtures (``make_app``, ``client``) reach every test module as a plugin that
+conftest.py names; the helpers are imported.
 """
 
 from __future__ import annotations

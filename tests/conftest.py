@@ -22,6 +22,8 @@ from jobq.embedded import EmbeddedPostgres
 from jobq.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
+pytest_plugins = ["api_support"]  # the API tests' fixtures
+
 # Speed over durability for a database that is thrown away after the run.
 TEST_SERVER_SETTINGS = {
     "fsync": "off",

@@ -7,9 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import jobq
 from jobq import queries
-from api_support import assert_error, client, job_rows, make_app  # noqa: F401  (fixtures)
+from api_support import assert_error, job_rows
 from support import claim, complete, drain, settle
 
 pytestmark = [pytest.mark.api, pytest.mark.db]

@@ -14,7 +14,6 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from api_support import client, make_app  # noqa: F401  (fixtures)
 from jobq.settings import Settings
 from jobq.spec import JobSpec
 from web.app import create_app

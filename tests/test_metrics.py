@@ -8,7 +8,6 @@ import jobq
 from jobq import claims, metrics, metrics_samples, presence, reaper
 from jobq.retention import prune
 from jobq.settings import Settings
-from api_support import client, make_app  # noqa: F401  (fixtures)
 from support import LOCK_BASE, claim, complete, fail, held
 
 pytestmark = pytest.mark.db
