@@ -12,7 +12,8 @@ then reads both, in one round trip.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -196,9 +197,11 @@ def next_run_in(conn: Connection, queues: Sequence[str]) -> float | None:
     return None if row is None or row[0] is None else float(row[0])
 
 
-def count_event(conn: Connection, queue: str, job_type: str, name: str, n: int = 1) -> None:
-    """Add ``n`` to an event counter (reclaims, timeouts, stale-lease rejections)."""
-    conn.execute(queries.COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
+def count_events(conn: Connection, name: str, jobs: Iterable[tuple[str, str]]) -> None:
+    """Count one event (a reclaim, a timeout, a stale-lease rejection) per job, given
+    as (queue, type): one counter update per queue and type."""
+    for (queue, job_type), n in Counter(jobs).items():
+        conn.execute(queries.COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
 
 
 def _held_params(jobs: Sequence[Held], lock_base: int) -> dict[str, Any]:

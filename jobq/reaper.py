@@ -17,11 +17,9 @@ long GC pause) never has its job handed to someone else.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass
 
 from jobq import claims, queries
-from jobq.backoff import retry_delay
 from jobq.claims import Held
 from jobq.db import Connection
 from jobq.settings import Settings
@@ -54,13 +52,6 @@ class Settled:
     retried: int = 0  # a failed attempt, back to pending after backoff
     dead: int = 0  # a failed attempt, out of retries
     busy: int = 0  # still locked by a live session: not touched
-
-    def __iadd__(self, other: Settled) -> Settled:
-        self.released += other.released
-        self.retried += other.retried
-        self.dead += other.dead
-        self.busy += other.busy
-        return self
 
     @property
     def changed(self) -> int:
@@ -148,10 +139,7 @@ def _settle(
     if release:
         claims.release(conn, [Held(r.job_id, r.lease) for r in release], lock_base=lock_base).result()
     if fail:
-        delays = [
-            retry_delay(r.attempt, base=settings.backoff_base, cap=settings.backoff_cap, jitter=settings.backoff_jitter)
-            for r in fail
-        ]
+        delays = [settings.retry_delay(r.attempt) for r in fail]
         failures, _ = claims.fail(
             conn, [Held(r.job_id, r.lease) for r in fail], errors, delays, [0.0] * len(fail), lock_base=lock_base
         ).result()
@@ -161,5 +149,4 @@ def _settle(
 
 
 def _count(conn: Connection, rows: list[Locked], counter: str) -> None:
-    for (queue, job_type), n in Counter((r.queue, r.type) for r in rows).items():
-        claims.count_event(conn, queue, job_type, counter, n)
+    claims.count_events(conn, counter, [(r.queue, r.type) for r in rows])

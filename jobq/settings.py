@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from jobq.backoff import retry_delay
 from jobq.errors import ConfigError
 
 ENV_PREFIX = "JOBQ_"
@@ -93,6 +94,10 @@ class Settings(BaseModel):
         if not value:
             raise ValueError("name at least one queue")
         return value
+
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds before the next run after failed run ``attempt``, by this backoff policy."""
+        return retry_delay(attempt, base=self.backoff_base, cap=self.backoff_cap, jitter=self.backoff_jitter)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:

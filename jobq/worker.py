@@ -26,13 +26,12 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 import psycopg
 
 from jobq import claims, execution, locks, presence, reports
-from jobq.backoff import retry_delay
 from jobq.claims import Claimed, Held
 from jobq.errors import DatabaseUnavailable, SchemaError, UnknownJobType
 from jobq.handlers import registry
@@ -272,12 +271,7 @@ class Worker:
         result = execution.run(job)
         if result.ok:
             return Outcome(held, claimed, result)
-        delay = retry_delay(
-            job.attempt,
-            base=self.settings.backoff_base,
-            cap=self.settings.backoff_cap,
-            jitter=self.settings.backoff_jitter,
-        )
+        delay = self.settings.retry_delay(job.attempt)
         return Outcome(held, claimed, result, delay, handler.max_retries if handler else None)
 
     # -- talking to the database ---------------------------------------------------------
@@ -371,9 +365,8 @@ class Worker:
         return {row[0] for row in rows}
 
     def count_rejections(self, conn: psycopg.Connection, outcomes: list[Outcome], rejected: set[int]) -> None:
-        keys = Counter((o.claimed.job.queue, o.claimed.job.type) for o in outcomes if o.held.job_id in rejected)
-        for (queue, job_type), n in keys.items():
-            claims.count_event(conn, queue, job_type, claims.STALE_LEASE_COUNTER, n)
+        jobs = [(o.claimed.job.queue, o.claimed.job.type) for o in outcomes if o.held.job_id in rejected]
+        claims.count_events(conn, claims.STALE_LEASE_COUNTER, jobs)
 
     def settle(
         self, done: list[Outcome], failed: list[Outcome], failures: list[claims.Failure], rejected: set[int]
