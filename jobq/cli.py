@@ -53,16 +53,16 @@ def load_settings(**overrides: Any) -> Settings:
 def wait_for(action: Callable[[], Any], *, seconds: float, what: str) -> Any:
     """Run ``action`` until the database answers or ``seconds`` pass."""
     deadline = time.monotonic() + seconds
-    delay = 0.2
+    backoff = db.Backoff(first=0.2)
     while True:
         try:
             return action()
         except DatabaseUnavailable as exc:
+            delay = backoff.next()
             if time.monotonic() + delay > deadline:
                 raise DatabaseUnavailable(f"{what}: {exc} (gave up after {seconds:g} s)") from exc
             click.echo(f"jobq: {exc}; retrying in {delay:.1f} s", err=True)
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 @main.command()

@@ -27,6 +27,23 @@ Connection = psycopg.Connection[Any]
 CONNECT_TIMEOUT = 5  # seconds: a database that does not answer is reported, not waited on forever
 
 
+class Backoff:
+    """Seconds between two attempts at a database that is not there: doubling from
+    ``first`` up to ``cap``, back to ``first`` after a success."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first, self.cap = first, cap
+        self.delay = first
+
+    def next(self) -> float:
+        """The delay to wait now; the one after it doubles."""
+        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = self.first
+
+
 def connect(url: str, *, autocommit: bool = True, application_name: str = "jobq") -> Connection:
     """A new dedicated connection. Raises DatabaseUnavailable if it cannot be opened."""
     with database_errors():

@@ -22,7 +22,6 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "jobq"
 LISTEN = "LISTEN jobq"
-RECONNECT_BACKOFF_MAX = 5.0
 
 
 class Listener:
@@ -35,7 +34,7 @@ class Listener:
         self.application_name = application_name
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
-        self._backoff = 0.1
+        self._backoff = db.Backoff()
 
     def connect(self) -> bool:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
@@ -45,7 +44,7 @@ class Listener:
         except (DatabaseUnavailable, psycopg.OperationalError) as exc:
             self._drop(exc)
             return False
-        self._backoff = 0.1
+        self._backoff.reset()
         return True
 
     def wait(self, timeout: float, wake_fds: Sequence[int] = (), wakes: Callable[[int], bool] = lambda jobs: True) -> str:
@@ -100,5 +99,4 @@ class Listener:
             log.warning("listener.disconnected error=%s", db.first_line(exc))
             self.conn.close()
         self.conn = None
-        self._next_attempt = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, RECONNECT_BACKOFF_MAX)
+        self._next_attempt = time.monotonic() + self._backoff.next()

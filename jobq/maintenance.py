@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 SETTLE_RETRY = 0.05  # seconds between two tries at a dead worker's locks
 SETTLE_PATIENCE = 30.0  # after this, a dead worker's jobs are left to the stale reaper
 STOP_PATIENCE = 5.0  # at shutdown, how long pending settlements may still take
-RECONNECT_BACKOFF_MAX = 5.0
 RETENTION_BUDGET = 1.0  # seconds of deleting per leader pass; the rest waits for the next one
 SAMPLE_INTERVAL = 5.0  # seconds between two samples of the totals (trailing-window rates)
 
@@ -58,7 +57,7 @@ class Maintenance:
         self.next_lead = 0.0
         self.next_reap = 0.0
         self.next_sample = 0.0
-        self.reconnect_delay = 0.1
+        self.reconnect = db.Backoff()
         self.next_connect = 0.0
 
     def run(self) -> int:
@@ -134,11 +133,11 @@ class Maintenance:
         try:
             self.conn = db.connect(self.settings.require_database_url(), application_name="jobq maintenance")
         except DatabaseUnavailable as exc:
-            log.warning("maintenance.db_unavailable retry_in=%.1fs error=%s", self.reconnect_delay, exc)
-            self.next_connect = time.monotonic() + self.reconnect_delay
-            self.reconnect_delay = min(self.reconnect_delay * 2, RECONNECT_BACKOFF_MAX)
+            delay = self.reconnect.next()
+            log.warning("maintenance.db_unavailable retry_in=%.1fs error=%s", delay, exc)
+            self.next_connect = time.monotonic() + delay
             return False
-        self.reconnect_delay = 0.1
+        self.reconnect.reset()
         return True
 
     def disconnect(self) -> None:

@@ -25,9 +25,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RECONNECT_BACKOFF_FIRST = 0.1
-RECONNECT_BACKOFF_MAX = 5.0
-
 
 class ClaimSession:
     def __init__(self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event) -> None:
@@ -45,7 +42,7 @@ class ClaimSession:
 
         Raises DatabaseUnavailable only when the worker is asked to stop meanwhile.
         """
-        delay = RECONNECT_BACKOFF_FIRST
+        backoff = db.Backoff()
         while True:
             try:
                 self.conn = db.connect(self.url, application_name=f"jobq worker {self.worker_id}")
@@ -53,10 +50,10 @@ class ClaimSession:
             except DatabaseUnavailable as exc:
                 if self.stopping.is_set():
                     raise
+                delay = backoff.next()
                 log.warning("worker.db_unavailable worker=%s retry_in=%.1fs error=%s", self.worker_id, delay, exc)
                 if self.stopping.wait(delay):
                     raise
-                delay = min(delay * 2, RECONNECT_BACKOFF_MAX)
 
     def run(self, call: Callable[[psycopg.Connection, bool], T]) -> T:
         """``call(conn, retried)`` under the session lock. After a broken connection:
