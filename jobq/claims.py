@@ -96,20 +96,15 @@ def start(conn: Connection, jobs: Sequence[Held], elapsed: Sequence[float]) -> D
     """claimed -> running for jobs that started ``elapsed`` seconds ago; the answer is
     the ids whose lease no longer matched (not marked)."""
     cur = conn.cursor()
-    ids = [held.job_id for held in jobs]
-    cur.execute(
-        queries.JOB_START_IF_LEASED,
-        {"ids": ids, "leases": [held.lease for held in jobs], "elapsed": list(elapsed)},
-    )
-    return Deferred(lambda: set(ids) - {row[0] for row in cur.fetchall()})
+    cur.execute(queries.JOB_START_IF_LEASED, {**_leases(jobs), "elapsed": list(elapsed)})
+    return Deferred(lambda: {held.job_id for held in jobs} - {row[0] for row in cur.fetchall()})
 
 
 def heartbeat(conn: Connection, jobs: Sequence[Held]) -> Deferred[set[int]]:
     """Touch heartbeat_at of in-flight jobs; the answer is the ids no longer held."""
     cur = conn.cursor()
-    ids = [held.job_id for held in jobs]
-    cur.execute(queries.JOB_HEARTBEAT_IF_LEASED, {"ids": ids, "leases": [held.lease for held in jobs]})
-    return Deferred(lambda: set(ids) - {row[0] for row in cur.fetchall()})
+    cur.execute(queries.JOB_HEARTBEAT_IF_LEASED, _leases(jobs))
+    return Deferred(lambda: {held.job_id for held in jobs} - {row[0] for row in cur.fetchall()})
 
 
 def complete(
@@ -176,11 +171,15 @@ def release(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> Deferr
 def relock(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> set[int]:
     """After a reconnect: take again the advisory locks of jobs still held under their
     leases. Returns the ids that are lost (lease gone or lock held elsewhere)."""
-    rows = conn.execute(
-        queries.JOB_RELOCK_IF_LEASED,
-        {"ids": [h.job_id for h in jobs], "leases": [h.lease for h in jobs], "lock_base": lock_base},
-    ).fetchall()
+    rows = conn.execute(queries.JOB_RELOCK_IF_LEASED, {**_leases(jobs), "lock_base": lock_base}).fetchall()
     return {job_id for job_id, locked in rows if not locked}
+
+
+def finished_under_lease(conn: Connection, jobs: Sequence[Held]) -> set[int]:
+    """Of ``jobs``, those whose row still carries the lease presented but is no longer in
+    flight: after a reconnect, the outcome writes the broken connection had in fact
+    committed (not stale ones)."""
+    return {row[0] for row in conn.execute(queries.JOB_GET_FINISHED_UNDER_LEASE, _leases(jobs))}
 
 
 def release_orphans(conn: Connection, worker_id: str, held: Sequence[int]) -> list[int]:
@@ -204,10 +203,9 @@ def count_events(conn: Connection, name: str, jobs: Iterable[tuple[str, str]]) -
         conn.execute(queries.COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
 
 
+def _leases(jobs: Sequence[Held]) -> dict[str, Any]:
+    return {"ids": [held.job_id for held in jobs], "leases": [held.lease for held in jobs]}
+
+
 def _held_params(jobs: Sequence[Held], lock_base: int) -> dict[str, Any]:
-    return {
-        "ids": [held.job_id for held in jobs],
-        "leases": [held.lease for held in jobs],
-        "held": [held.held for held in jobs],
-        "lock_base": lock_base,
-    }
+    return {**_leases(jobs), "held": [held.held for held in jobs], "lock_base": lock_base}

@@ -357,12 +357,7 @@ class Worker:
 
     def recorded_before_the_break(self, conn: psycopg.Connection, outcomes: list[Outcome], ids: set[int]) -> set[int]:
         """Of writes rejected on a retry, those our first try had in fact committed."""
-        mine = [o.held for o in outcomes if o.held.job_id in ids]
-        rows = conn.execute(
-            claims.queries.JOB_GET_FINISHED_UNDER_LEASE,
-            {"ids": [h.job_id for h in mine], "leases": [h.lease for h in mine]},
-        ).fetchall()
-        return {row[0] for row in rows}
+        return claims.finished_under_lease(conn, [o.held for o in outcomes if o.held.job_id in ids])
 
     def count_rejections(self, conn: psycopg.Connection, outcomes: list[Outcome], rejected: set[int]) -> None:
         jobs = [(o.claimed.job.queue, o.claimed.job.type) for o in outcomes if o.held.job_id in rejected]

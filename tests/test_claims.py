@@ -121,6 +121,15 @@ def test_a_write_with_a_stale_lease_is_rejected_and_changes_nothing(conn):
     assert jobq.get(current.job.id, conn=conn).status == "done"
 
 
+def test_after_a_reconnect_a_recorded_outcome_is_told_from_a_stale_one(conn):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    stale, in_flight = claim(conn, 2)
+    claims.release(conn, held([stale]), lock_base=LOCK_BASE).result()
+    (current,) = claim(conn, 1)
+    complete(conn, [current])
+    assert claims.finished_under_lease(conn, held([stale, current, in_flight])) == {current.job.id}
+
+
 def test_advisory_locks_are_held_only_for_claimed_jobs_until_their_outcome(conn):
     jobq.enqueue_many([{"type": "noop"}] * 10, conn=conn)
     got = claim(conn, 3)
