@@ -180,7 +180,7 @@ def _figures(values: dict[str, int], window: _Window, *, active: int, oldest: fl
     depth = {status: int(values.get(status, 0)) for status in STATUSES}
     span = window.span
     finished = window.done + window.failed_runs
-    runs = sorted(window.run_times)
+    runs = window.run_times
     return Figures(
         queue_depth=depth,
         active_workers=active,
@@ -189,7 +189,7 @@ def _figures(values: dict[str, int], window: _Window, *, active: int, oldest: fl
         error_rate=round(window.failed_runs / finished, 4) if finished else 0.0,
         avg_execution_seconds=statistics.fmean(runs) if runs else None,
         execution_seconds=Quantiles.of(runs),
-        start_latency_seconds=Quantiles.of(sorted(window.latencies)),
+        start_latency_seconds=Quantiles.of(window.latencies),
         oldest_pending_age_seconds=oldest,
         total_jobs=int(values.get("enqueued_total", 0)),
         dead_letter_count=dead,
