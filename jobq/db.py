@@ -1,9 +1,10 @@
-"""Connections: opening them, the per-process default pool, and error translation.
+"""Connections: opening them, pools private to a process, and error translation.
 
 This is the one boundary where psycopg's connection failures become
 :class:`jobq.errors.DatabaseUnavailable`. Connections are always opened in the
-process that uses them (after any fork); the default pool remembers the pid that
-created it and is rebuilt in a child.
+process that uses them (after any fork): a :class:`ProcessPool` remembers the pid
+that opened it and opens another in a child. The library's default pool (for
+``DATABASE_URL``) and each web process's pool are ProcessPools.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import atexit
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -72,41 +73,86 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-_pool: ConnectionPool | None = None
-_pool_pid: int | None = None
-_pool_lock = threading.Lock()
+class ProcessPool:
+    """A connection pool for one database URL, opened on first use by the process that
+    uses it: a forked child opens its own instead of sharing its parent's sockets.
+
+    Connections are made in the background, so a database that is down makes
+    :meth:`connection` raise DatabaseUnavailable after ``timeout``, never blocks start-up.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str,
+        application_name: str,
+        autocommit: bool = False,
+        check: Callable[[Connection], None] = ConnectionPool.check_connection,
+        timeout: float = CONNECT_TIMEOUT * 2,
+        max_size: int = 8,
+    ) -> None:
+        self.url = url
+        self._options = {
+            "min_size": 1,
+            "max_size": max_size,
+            "kwargs": {"autocommit": autocommit, "connect_timeout": CONNECT_TIMEOUT, "application_name": application_name},
+            "check": check,
+            "timeout": timeout,
+            "name": name,
+        }
+        self._pool: ConnectionPool | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A pooled connection for the block (committed at its end unless autocommit).
+
+        Raises DatabaseUnavailable when none can be had within the pool's timeout or
+        the database drops it.
+        """
+        with database_errors(), self._current().connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        """Close this process's pool, if it opened one."""
+        with self._lock:
+            if self._pool is not None and self._pid == os.getpid():
+                self._pool.close()
+            self._pool = None
+
+    def _current(self) -> ConnectionPool:
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ConnectionPool(self.url, open=False, **self._options)  # type: ignore[arg-type]
+                self._pool.open(wait=False)
+                self._pid = os.getpid()
+                atexit.register(self.close)
+            return self._pool
 
 
-def default_pool() -> ConnectionPool:
-    """This process's pool for ``DATABASE_URL``, opened on first use (and again after a fork)."""
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
+_default: ProcessPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> ProcessPool:
+    """The pool for ``DATABASE_URL`` that library calls without a ``conn`` use."""
+    global _default
+    with _default_lock:
+        if _default is None:
             url = Settings.from_env().require_database_url()
-            _pool = ConnectionPool(
-                url,
-                min_size=1,
-                max_size=8,
-                kwargs={"connect_timeout": CONNECT_TIMEOUT, "application_name": "jobq"},
-                check=ConnectionPool.check_connection,
-                timeout=CONNECT_TIMEOUT * 2,
-                open=True,
-                name="jobq-default",
-            )
-            _pool_pid = os.getpid()
-        return _pool
+            _default = ProcessPool(url, name="jobq-default", application_name="jobq")
+        return _default
 
 
 def close_default_pool() -> None:
-    """Close this process's default pool, if it opened one."""
-    global _pool
-    with _pool_lock:
-        if _pool is not None and _pool_pid == os.getpid():
-            _pool.close()
-        _pool = None
-
-
-atexit.register(close_default_pool)
+    """Close the default pool; the next call opens one for ``DATABASE_URL`` as it is then."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+        _default = None
 
 
 @contextlib.contextmanager
@@ -117,7 +163,7 @@ def connection(conn: Connection | None = None) -> Iterator[Connection]:
         with database_errors():
             yield conn
         return
-    with database_errors(), default_pool().connection() as pooled:
+    with default_pool().connection() as pooled:
         yield pooled
 
 

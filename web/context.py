@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 from flask import Flask, current_app
 
+from jobq.db import ProcessPool
 from jobq.group import GroupSubmitter
 from jobq.job import Job
 from jobq.settings import Settings
 from jobq.spec import JobSpec
 from jobq.submit import submit_many
-from web.pool import Database
+from web.pool import web_pool
 
 EXTENSION = "jobq"
 
@@ -21,7 +22,7 @@ class ApiContext:
     """The app's configuration and database access; built once per app, before any fork."""
 
     settings: Settings
-    database: Database
+    database: ProcessPool
     enqueuer: GroupSubmitter
     """Inserts the jobs of concurrent ``POST /jobs`` (without idempotency keys) together."""
 
@@ -33,7 +34,7 @@ class ApiContext:
 
 def attach(app: Flask, settings: Settings) -> ApiContext:
     """Give ``app`` its context (no connection is opened here)."""
-    database = Database(settings.require_database_url())
+    database = web_pool(settings.require_database_url())
     context = ApiContext(settings, database, GroupSubmitter(lambda specs: context.submit_many(specs)))
     app.extensions[EXTENSION] = context
     return context
