@@ -27,14 +27,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def gunicorn(url: str, *, port: int | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Gunicorn as the Procfile's ``web:`` line runs it; yields its base URL once
-    ``/health`` answers."""
+def gunicorn(
+    url: str, *, port: int | None = None, env: dict[str, str] | None = None, app: str = "web.app:create_app()"
+) -> Iterator[str]:
+    """Gunicorn as the Procfile's ``web:`` line runs it (serving ``app``, jobq's API by
+    default); yields its base URL once ``/health`` answers."""
     port = port or free_port()
     LOG_DIR.mkdir(exist_ok=True)
-    log = LOG_DIR / "web.log"
+    log = LOG_DIR / f"web-{port}.log"
     environ = {**os.environ, "DATABASE_URL": url, "PORT": str(port), **(env or {})}
-    command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "web.app:create_app()"]
+    command = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), app]
     with open(log, "w") as out:
         server = subprocess.Popen(command, env=environ, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
