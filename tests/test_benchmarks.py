@@ -29,6 +29,13 @@ def test_math_benchmark_checks_every_result():
     assert report["throughput_per_s"] > 0 and report["latency_ms"]["p99"] >= report["latency_ms"]["p50"]
 
 
+def test_client_ceiling_times_both_servers():
+    report = run("client_ceiling.py", "--jobs", "60", "--rounds", "1", "--workers", "1")
+    for server in ("null_server", "jobq"):
+        assert report[server]["requests_per_s"] > 0 and report[server]["client_cpu_ms_per_request"] > 0
+    assert report["jobq_share_of_null"] > 0
+
+
 def test_load_benchmark_measures_every_stage(tmp_path):
     report = run("load.py", "--jobs", "300", "--concurrency", "8", "--workers", "1", "--client", "python",
                  "--plot-dir", str(tmp_path))
