@@ -15,6 +15,7 @@ $(BIN)/python:
 
 # Installed (not editable) with the dev extra: pgserver's PostgreSQL 16 and honcho.
 run: $(BIN)/python
+	rm -rf build
 	$(BIN)/python -m pip install --quiet '.[dev]'
 	$(BIN)/jobq dev $(ARGS)
 
@@ -23,6 +24,7 @@ run: $(BIN)/python
 # console script, so the checkout is not on sys.path: the tests import the installed
 # package, with the migrations it ships.
 test: $(BIN)/python
+	rm -rf build  # setuptools keeps modules moved or deleted since the last build there
 	$(BIN)/python -m pip install --quiet '.[test]'
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -208,4 +208,4 @@ def _leases(jobs: Sequence[Held]) -> dict[str, Any]:
 
 
 def _held_params(jobs: Sequence[Held], lock_base: int) -> dict[str, Any]:
-    return {**_leases(jobs), "held": [held.held for held in jobs], "lock_base": lock_base}
+    return {**_leases(jobs), "locked": [held.held for held in jobs], "lock_base": lock_base}

@@ -53,7 +53,7 @@ def load_settings(**overrides: Any) -> Settings:
 def wait_for(action: Callable[[], Any], *, seconds: float, what: str) -> Any:
     """Run ``action`` until the database answers or ``seconds`` pass."""
     deadline = time.monotonic() + seconds
-    backoff = db.Backoff(first=0.2)
+    backoff = db.ReconnectDelay(first=0.2)
     while True:
         try:
             return action()
@@ -87,7 +87,7 @@ def migrate(wait_seconds: float) -> None:
 @click.option("--queues", help="Comma-separated queues to work [JOBQ_QUEUES; default].")
 def worker(concurrency: int | None, queues: str | None) -> None:
     """Run the supervisor: worker processes and one maintenance process."""
-    from jobq.supervisor import Supervisor
+    from jobq.daemon.supervisor import Supervisor
 
     settings = load_settings(concurrency=concurrency, queues=queues)
     settings.require_database_url()
@@ -157,7 +157,7 @@ def dead_list(job_type: str | None, limit: int) -> None:
     from rich.table import Table
 
     from jobq.dead_letter import list_dead
-    from jobq.execution import last_line
+    from jobq.job import last_line
 
     settings = load_settings()
     with database(settings) as conn, db.database_errors():

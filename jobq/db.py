@@ -28,7 +28,7 @@ Connection = psycopg.Connection[Any]
 CONNECT_TIMEOUT = 5  # seconds: a database that does not answer is reported, not waited on forever
 
 
-class Backoff:
+class ReconnectDelay:
     """Seconds between two attempts at a database that is not there: doubling from
     ``first`` up to ``cap``, back to ``first`` after a success."""
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from jobq import locks, queries
 from jobq.db import Connection
-from jobq.execution import last_line
-from jobq.job import STATUSES
+from jobq.job import STATUSES, last_line
 from jobq.ledger import counts
 
 RECENT = 10

@@ -156,14 +156,14 @@ JOB_HEARTBEAT_IF_LEASED = (
 # Returns each id with whether its write was recorded (false: a stale lease).
 JOB_COMPLETE_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(results)s::jsonb[], "
-    "%(elapsed)s::float8[], %(held)s::bool[]) AS o(id, lease, result, elapsed, held)), "
+    "%(elapsed)s::float8[], %(locked)s::bool[]) AS o(id, lease, result, elapsed, locked)), "
     "done AS (UPDATE jobs AS j SET status = 'done', result = o.result, error = NULL, "
     "completed_at = now(), heartbeat_at = now(), "
     "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)) "
     "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
     "RETURNING j.id) "
     "SELECT o.id, done.id IS NOT NULL, "
-    "CASE WHEN o.held THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
     "FROM o LEFT JOIN done ON done.id = o.id"
 )
 
@@ -174,8 +174,8 @@ JOB_COMPLETE_IF_LEASED = (
 # that are not NULL override the row's (a handler's own limit).
 JOB_FAIL_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(errors)s::text[], "
-    "%(delays)s::float8[], %(max_retries)s::int[], %(elapsed)s::float8[], %(held)s::bool[]) "
-    "AS o(id, lease, error, delay, max_retries, elapsed, held)), "
+    "%(delays)s::float8[], %(max_retries)s::int[], %(elapsed)s::float8[], %(locked)s::bool[]) "
+    "AS o(id, lease, error, delay, max_retries, elapsed, locked)), "
     "failed AS (UPDATE jobs AS j SET "
     "status = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN 'pending' ELSE 'dead' END, "
     "attempt = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN j.attempt + 1 ELSE j.attempt END, "
@@ -194,7 +194,7 @@ JOB_FAIL_IF_LEASED = (
     "SELECT id, type, queue, payload, priority, max_retries, error, attempt + 1, errors, worker_id "
     "FROM failed WHERE status = 'dead' RETURNING original_id) "
     "SELECT o.id, failed.status, failed.attempt, failed.run_at, "
-    "CASE WHEN o.held THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
     "FROM o LEFT JOIN failed ON failed.id = o.id"
 )
 
@@ -202,13 +202,13 @@ JOB_FAIL_IF_LEASED = (
 # job the worker gives back, a running job returned at shutdown), guarded by lease
 # and status; releases the advisory locks of the batch.
 JOB_RELEASE_IF_LEASED = (
-    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(held)s::bool[]) "
-    "AS o(id, lease, held)), "
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(locked)s::bool[]) "
+    "AS o(id, lease, locked)), "
     "released AS (UPDATE jobs AS j SET status = 'pending', started_at = NULL "
     "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
     "RETURNING j.id) "
     "SELECT o.id, released.id IS NOT NULL, "
-    "CASE WHEN o.held THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
     "FROM o LEFT JOIN released ON released.id = o.id"
 )
 

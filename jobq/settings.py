@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobq.backoff import retry_delay
+from jobq.retries import retry_delay
 from jobq.errors import ConfigError
 
 ENV_PREFIX = "JOBQ_"

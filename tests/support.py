@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import psycopg
 
-from jobq import claims, execution, locks
+from jobq import claims, locks
+from jobq.daemon import execution
 from jobq.handlers import registry
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jobq import execution
+from jobq.daemon import execution
 from jobq.handlers import builtin
 from jobq.handlers.registry import load
 from jobq.job import Job

@@ -1,6 +1,6 @@
 import pytest
 
-from jobq import idle
+from jobq.daemon import idle
 
 pytestmark = pytest.mark.unit
 

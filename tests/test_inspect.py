@@ -4,7 +4,7 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import presence
+from jobq.daemon import presence
 from support import claim, drain, run_cli
 
 pytestmark = pytest.mark.db

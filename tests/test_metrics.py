@@ -5,7 +5,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobq
-from jobq import claims, metrics, metrics_samples, presence, reaper
+from jobq import claims, metrics, metrics_samples
+from jobq.daemon import presence, reaper
 from jobq.retention import prune
 from jobq.settings import Settings
 from support import LOCK_BASE, claim, complete, fail, held

@@ -4,7 +4,8 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims, presence, reaper
+from jobq import claims
+from jobq.daemon import presence, reaper
 from jobq.settings import Settings
 from daemon import wait_for
 from support import LOCK_BASE, advisory_locks, claim, held

@@ -6,7 +6,7 @@ import pytest
 
 import jobq
 from jobq import claims
-from jobq.backoff import retry_delay
+from jobq.retries import retry_delay
 from jobq.handlers.registry import register
 from support import LOCK_BASE, advisory_locks, claim, drain, fail, held
 

@@ -31,15 +31,16 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from jobq import claims, execution, locks, presence, reports
+from jobq import claims, locks
+from jobq.daemon import execution, presence, reports
 from jobq.claims import Claimed, Held
 from jobq.errors import DatabaseUnavailable, SchemaError, UnknownJobType
 from jobq.handlers import registry
-from jobq.heartbeat import DEFER_RUNNING, Heartbeat
-from jobq.idle import IdleBoard
-from jobq.listener import Listener
+from jobq.daemon.heartbeat import DEFER_RUNNING, Heartbeat
+from jobq.daemon.idle import IdleBoard
+from jobq.daemon.listener import Listener
 from jobq.migrate import check_schema
-from jobq.session import ClaimSession
+from jobq.daemon.session import ClaimSession
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)

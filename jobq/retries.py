@@ -1,4 +1,7 @@
-"""Retry delays: ``base * 2**attempt``, capped, with symmetric jitter."""
+"""Retry delays: how long a failed job waits before it runs again, ``base * 2**attempt``,
+capped, with symmetric jitter. (Reconnecting to the database waits by its own rule,
+:class:`jobq.db.ReconnectDelay`.)
+"""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from jobq import db, locks, metrics_samples, presence, queries, reaper, reports, retention
+from jobq import db, locks, metrics_samples, queries, retention
+from jobq.daemon import presence, reaper, reports
 from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 
@@ -57,7 +58,7 @@ class Maintenance:
         self.next_lead = 0.0
         self.next_reap = 0.0
         self.next_sample = 0.0
-        self.reconnect = db.Backoff()
+        self.reconnect = db.ReconnectDelay()
         self.next_connect = 0.0
 
     def run(self) -> int:

@@ -42,7 +42,7 @@ class ClaimSession:
 
         Raises DatabaseUnavailable only when the worker is asked to stop meanwhile.
         """
-        backoff = db.Backoff()
+        backoff = db.ReconnectDelay()
         while True:
             try:
                 self.conn = db.connect(self.url, application_name=f"jobq worker {self.worker_id}")

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 
 import psycopg
 
-from jobq import db, idle
+from jobq import db
+from jobq.daemon import idle
 from jobq.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class Listener:
         self.application_name = application_name
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
-        self._backoff = db.Backoff()
+        self._backoff = db.ReconnectDelay()
 
     def connect(self) -> bool:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""

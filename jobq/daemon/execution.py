@@ -51,12 +51,6 @@ def run(job: Job) -> RunResult:
         return RunResult(None, _clip(traceback.format_exc()), time.monotonic() - started, type(exc).__name__)
 
 
-def last_line(error: str | None) -> str:
-    """The line of an error that says what happened (a traceback's last)."""
-    lines = (error or "").strip().splitlines()
-    return lines[-1] if lines else ""
-
-
 def _clip(text: str) -> str:
     text = text.strip()
     if len(text) <= MAX_ERROR_LENGTH:

@@ -2,8 +2,7 @@ import random
 
 import pytest
 
-from jobq import db
-from jobq.backoff import retry_delay
+from jobq.retries import retry_delay
 
 pytestmark = pytest.mark.unit
 
@@ -23,10 +22,3 @@ def test_without_jitter_the_delay_is_exact():
 def test_negative_attempt_is_refused():
     with pytest.raises(ValueError):
         retry_delay(-1, base=5, cap=60, jitter=0.1)
-
-
-def test_reconnect_backoff_doubles_to_its_cap_and_resets():
-    backoff = db.Backoff(first=0.2, cap=1.0)
-    assert [backoff.next() for _ in range(5)] == [0.2, 0.4, 0.8, 1.0, 1.0]
-    backoff.reset()
-    assert backoff.next() == 0.2

@@ -25,11 +25,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from jobq import reports
-from jobq.idle import IdleBoard
-from jobq.maintenance import STOP_PATIENCE, Maintenance
+from jobq.daemon import reports
+from jobq.daemon.idle import IdleBoard
+from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
 from jobq.settings import Settings
-from jobq.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
+from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,12 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from jobq import claims, presence
+from jobq import claims
+from jobq.daemon import presence
 from jobq.errors import DatabaseUnavailable
 
 if TYPE_CHECKING:
-    from jobq.worker import Worker
+    from jobq.daemon.worker import Worker
 
 log = logging.getLogger(__name__)
 
