@@ -1,4 +1,10 @@
-"""Every statement that reads or moves a job, as named constants.
+"""jobq's DML, as named constants, and the modules that execute it.
+
+What is here: enqueueing, reading, cancelling, claiming and recording the outcome of
+jobs; the reaper's, retention's and the maintenance leader's statements; dead
+letters; worker rows; the per-session counters and their samples; the reads behind
+``jobq inspect``, the metrics and the readiness ping; and the advisory-lock calls (a
+job's lock rides in its claim and outcome statements, the leader's stands alone).
 
 Names are Entity + Verb + Qualifier; a write says in its name what it is guarded by.
 Each constant has a comment on the lock it takes, the index it uses and its guard.
@@ -6,9 +12,13 @@ Values always travel as placeholders. The advisory key of job ``id`` is
 ``%(lock_base)s | id`` where ``lock_base`` is the namespace shifted into the high
 16 bits (see :mod:`jobq.locks`).
 
-Only the modules of the queue (:mod:`jobq.submit`, :mod:`jobq.ledger`,
-:mod:`jobq.claims`, :mod:`jobq.dead_letter`, ...) execute these; everything else calls
-those modules.
+Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
+:mod:`jobq.dead_letter`, :mod:`jobq.claims`, :mod:`jobq.retention`,
+:mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`, and
+:mod:`jobq.db` for the ping) and the daemon's (:mod:`jobq.daemon.presence`,
+:mod:`jobq.daemon.reaper`, :mod:`jobq.daemon.maintenance`). Routes, the CLI and
+everything else call those modules; tests may run a statement directly to set up a
+row or to ``EXPLAIN`` it.
 """
 
 from __future__ import annotations
