@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from jobq import locks
+from jobq import locks, queries
 from jobq.db import Connection
 from jobq.errors import SchemaTooNew, SchemaTooOld
 
@@ -23,15 +23,15 @@ log = logging.getLogger(__name__)
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
+# The one piece of DDL outside jobq/migrations (convention 1's one exception): the
+# table that records migrations cannot be created by a migration, since applying one
+# means reading and writing that table. IF NOT EXISTS makes a second run a no-op, and
+# queries.MIGRATION_LOCK keeps two first runs from racing. The statements that read
+# and write the table are in jobq.queries (Migrations).
 MIGRATIONS_TABLE_CREATE = (
     "CREATE TABLE IF NOT EXISTS jobq_migrations ("
     "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
 )
-MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('jobq_migrations') IS NOT NULL"
-MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
-MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(version)s, %(name)s)"
-MIGRATION_LOCK = "SELECT pg_advisory_lock(%(key)s)"
-MIGRATION_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ def required_version() -> int:
 
 def applied_version(conn: Connection) -> int:
     """The newest migration recorded in the database (0 for an empty database)."""
-    (exists,) = conn.execute(MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    (exists,) = conn.execute(queries.MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
     if not exists:
         return 0
-    return int(conn.execute(MIGRATION_VERSION_GET).fetchone()[0])  # type: ignore[index]
+    return int(conn.execute(queries.MIGRATION_VERSION_GET).fetchone()[0])  # type: ignore[index]
 
 
 def check_schema(conn: Connection) -> int:
@@ -88,7 +88,7 @@ def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
         raise ValueError("migrate needs an autocommit connection: each file is its own transaction")
     key = locks.key(namespace, locks.MIGRATIONS)
     known = available()
-    conn.execute(MIGRATION_LOCK, {"key": key})
+    conn.execute(queries.MIGRATION_LOCK, {"key": key})
     try:
         conn.execute(MIGRATIONS_TABLE_CREATE)
         applied = applied_version(conn)
@@ -98,9 +98,9 @@ def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
         for migration in known[applied:]:
             with conn.transaction():
                 conn.execute(migration.sql)
-                conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+                conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
             log.info("migration applied version=%s name=%s", migration.version, migration.name)
             done.append(migration)
         return done
     finally:
-        conn.execute(MIGRATION_UNLOCK, {"key": key})
+        conn.execute(queries.MIGRATION_UNLOCK, {"key": key})

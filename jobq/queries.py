@@ -3,8 +3,13 @@
 What is here: enqueueing, reading, cancelling, claiming and recording the outcome of
 jobs; the reaper's, retention's and the maintenance leader's statements; dead
 letters; worker rows; the per-session counters and their samples; the reads behind
-``jobq inspect``, the metrics and the readiness ping; and the advisory-lock calls (a
-job's lock rides in its claim and outcome statements, the leader's stands alone).
+``jobq inspect``, the metrics and the readiness ping; the record of applied
+migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
+statements, the leader's and the migrations' stand alone).
+
+DDL lives in the numbered files of ``jobq/migrations``, with one exception:
+``jobq.migrate.MIGRATIONS_TABLE_CREATE``, which creates ``jobq_migrations`` itself,
+because the table that records migrations cannot be created by a migration.
 
 Names are Entity + Verb + Qualifier; a write says in its name what it is guarded by.
 Each constant has a comment on the lock it takes, the index it uses and its guard.
@@ -14,11 +19,11 @@ Values always travel as placeholders. The advisory key of job ``id`` is
 
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
 :mod:`jobq.dead_letter`, :mod:`jobq.claims`, :mod:`jobq.retention`,
-:mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`, and
-:mod:`jobq.db` for the ping) and the daemon's (:mod:`jobq.daemon.presence`,
-:mod:`jobq.daemon.reaper`, :mod:`jobq.daemon.maintenance`). Routes, the CLI and
-everything else call those modules; tests may run a statement directly to set up a
-row or to ``EXPLAIN`` it.
+:mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`,
+:mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
+(:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
+:mod:`jobq.daemon.maintenance`). Routes, the CLI and everything else call those
+modules; tests may run a statement directly to set up a row or to ``EXPLAIN`` it.
 """
 
 from __future__ import annotations
@@ -426,6 +431,28 @@ WORKER_LIST_ACTIVE_QUEUES = (
 DEAD_LETTER_COUNT_WAITING_BY_QUEUE = (
     "SELECT queue, count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL GROUP BY queue"
 )
+
+# ---------------------------------------------------------------------------------------
+# Migrations (jobq.migrate; the DDL itself is in jobq/migrations/NNNN_name.sql)
+
+# MIGRATION_LOCK: the session-level advisory lock on the reserved key locks.MIGRATIONS
+# (in the namespace); waits while another migrate holds it. Touches no table.
+MIGRATION_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+
+# MIGRATION_UNLOCK: releases MIGRATION_LOCK (false, and a server warning, if not held).
+MIGRATION_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+
+# MIGRATIONS_TABLE_EXISTS: whether jobq_migrations exists yet (a catalog lookup, no
+# lock); a database without it is at version 0.
+MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('jobq_migrations') IS NOT NULL"
+
+# MIGRATION_VERSION_GET: the newest recorded version (max of the primary key, a table
+# of a few rows; no lock).
+MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
+
+# MIGRATION_RECORD: one file applied, in the same transaction as its DDL; run under
+# MIGRATION_LOCK, and the primary key on version refuses a second record of a file.
+MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(version)s, %(name)s)"
 
 # ---------------------------------------------------------------------------------------
 # Health
