@@ -22,7 +22,9 @@ def list_dead(
 ) -> Page[DeadLetter]:
     """Dead-letter rows, newest first, optionally of one type."""
     check_page(limit, offset)
-    where = sql.SQL(" WHERE type = %(type)s") if type is not None else sql.SQL("")
+    where: sql.Composable = sql.SQL("")
+    if type is not None:
+        where = sql.SQL(" WHERE ") + sql.SQL(queries.DEAD_LETTER_LIST_FILTER_TYPE)
     params = {"type": type, "limit": limit, "offset": offset}
     with connection(conn) as c:
         with c.cursor(row_factory=class_row(DeadLetter)) as cur:

@@ -147,16 +147,8 @@ def check_page(limit: Any, offset: Any) -> None:
         raise InvalidArgument("offset", "must be a non-negative integer")
 
 
-_FILTERS = {
-    "status": "status = %(status)s",
-    "type": "type = %(type)s",
-    "queue": "queue = %(queue)s",
-    "created_after": "created_at > %(created_after)s",
-}
-
-
 def _where(filters: dict[str, Any]) -> sql.Composable:
-    clauses = [sql.SQL(_FILTERS[name]) for name, value in filters.items() if value is not None]
+    clauses = [sql.SQL(queries.JOB_LIST_FILTERS[name]) for name, value in filters.items() if value is not None]
     if not clauses:
         return sql.SQL("")
     return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)

@@ -13,9 +13,11 @@ because the table that records migrations cannot be created by a migration.
 
 Names are Entity + Verb + Qualifier; a write says in its name what it is guarded by.
 Each constant has a comment on the lock it takes, the index it uses and its guard.
-Values always travel as placeholders. The advisory key of job ``id`` is
-``%(lock_base)s | id`` where ``lock_base`` is the namespace shifted into the high
-16 bits (see :mod:`jobq.locks`).
+Values always travel as placeholders. A few constants are fragments (a listing's
+SELECT, count, filters and ORDER BY) that :mod:`jobq.ledger` and
+:mod:`jobq.dead_letter` put together with ``psycopg.sql``. The advisory key of job
+``id`` is ``%(lock_base)s | id`` where ``lock_base`` is the namespace shifted into the
+high 16 bits (see :mod:`jobq.locks`).
 
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
 :mod:`jobq.dead_letter`, :mod:`jobq.claims`, :mod:`jobq.retention`,
@@ -87,12 +89,23 @@ JOB_GET_BY_IDEMPOTENCY_KEYS = (
 # JOB_GET: one row by primary key, no lock.
 JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
 
-# JOB_LIST: the SELECT and FROM of a listing; jobq.ledger adds the filters (with
-# psycopg.sql) and orders newest first (jobs_created_idx, jobs_type_created_idx or
-# jobs_dead_created_idx).
+# JOB_LIST: the SELECT (or the count) and FROM of a listing, no lock; jobq.ledger adds
+# the filters given (JOB_LIST_FILTERS, with psycopg.sql) and orders newest first
+# (jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx).
 JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
 JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+
+# JOB_LIST_FILTERS: a listing's WHERE clauses by filter name; jobq.ledger joins those
+# given with AND. type walks jobs_type_created_idx, status 'dead' jobs_dead_created_idx;
+# another status and queue filter the walk of jobs_created_idx (no full index on either,
+# see 0001_jobs.sql); created_after bounds whichever walk it is.
+JOB_LIST_FILTERS = {
+    "status": "status = %(status)s",
+    "type": "type = %(type)s",
+    "queue": "queue = %(queue)s",
+    "created_after": "created_at > %(created_after)s",
+}
 
 # JOB_DELETE_IF_PENDING: cancel; guarded by status so a claimed job is never deleted
 # under its worker (the row lock makes a concurrent claim wait, then skip it).
@@ -310,10 +323,14 @@ LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
 DEAD_LETTER_GET = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs WHERE id = %(id)s"
 
 # DEAD_LETTER_LIST: newest first (dead_letter_jobs_died_idx, or _type_died_idx with a
-# type filter); jobq.dead_letter adds the filter.
+# type filter), no lock; jobq.dead_letter adds the filter (with psycopg.sql).
 DEAD_LETTER_LIST_SELECT = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs"
 DEAD_LETTER_LIST_COUNT = "SELECT count(*) FROM dead_letter_jobs"
 DEAD_LETTER_LIST_ORDER = " ORDER BY died_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+
+# DEAD_LETTER_LIST_FILTER_TYPE: the WHERE clause of a listing of one type
+# (dead_letter_jobs_type_died_idx).
+DEAD_LETTER_LIST_FILTER_TYPE = "type = %(type)s"
 
 # DEAD_LETTER_REPLAY_IF_NOT_REPLAYED: a new pending job from a dead-letter row, recorded
 # on that row, in one statement; the row lock (FOR UPDATE) and the replayed_at guard
