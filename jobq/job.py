@@ -97,12 +97,6 @@ class DeadLetter(_Row):
     replayed_as: int | None
 
 
-def column_list(row_type: type, alias: str = "") -> str:
-    """``id, type, ...`` for a SELECT or RETURNING that builds ``row_type``."""
-    prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + field.name for field in dataclasses.fields(row_type))
-
-
 def last_line(error: str | None) -> str:
     """The line of an error that says what happened (a traceback's last)."""
     lines = (error or "").strip().splitlines()

@@ -30,7 +30,8 @@ modules; tests may run a statement directly to set up a row or to ``EXPLAIN`` it
 
 from __future__ import annotations
 
-# Exactly the fields of jobq.job.Job, in order (a unit test holds the two together).
+# Exactly the fields of jobq.job.Job and of jobq.job.DeadLetter, in order, for
+# class_row (tests/test_spec.py holds them together with dataclasses.fields).
 JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
