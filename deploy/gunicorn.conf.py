@@ -4,16 +4,17 @@
 
 Configuration comes from the environment: ``PORT`` (default 8000), ``WEB_CONCURRENCY``
 (worker processes, default two per core) and jobq's own ``JOBQ_*`` and
-``DATABASE_URL``, validated here before any worker starts. Anything Gunicorn accepts
+``DATABASE_URL``, read and validated here (:func:`jobq.settings.current`) before any
+worker starts; the preloaded app is built from the same read. Anything Gunicorn accepts
 can still be added with ``GUNICORN_CMD_ARGS``.
 """
 
 import os
 
+import jobq.settings
 from jobq import logs
-from jobq.settings import Settings
 
-settings = Settings.from_env()  # a bad variable stops start-up with its name
+settings = jobq.settings.current()  # a bad variable stops start-up with its name
 
 bind = f"0.0.0.0:{settings.port}"
 workers = int(os.environ.get("WEB_CONCURRENCY") or 2 * (os.cpu_count() or 1))

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobq import queries
 from jobq.errors import DatabaseUnavailable
-from jobq.settings import Settings
+from jobq import settings
 
 Connection = psycopg.Connection[Any]
 
@@ -137,22 +137,25 @@ _default_lock = threading.Lock()
 
 
 def default_pool() -> ProcessPool:
-    """The pool for ``DATABASE_URL`` that library calls without a ``conn`` use."""
+    """The pool for ``DATABASE_URL`` (as :func:`jobq.settings.current` read it) that
+    library calls without a ``conn`` use. Raises ConfigError if it is not set."""
     global _default
     with _default_lock:
         if _default is None:
-            url = Settings.from_env().require_database_url()
+            url = settings.current().require_database_url()
             _default = ProcessPool(url, name="jobq-default", application_name="jobq")
         return _default
 
 
 def close_default_pool() -> None:
-    """Close the default pool; the next call opens one for ``DATABASE_URL`` as it is then."""
+    """Close the default pool and forget the settings (:func:`jobq.settings.reset`): the
+    next call opens one for ``DATABASE_URL`` as it is then."""
     global _default
     with _default_lock:
         if _default is not None:
             _default.close()
         _default = None
+        settings.reset()
 
 
 @contextlib.contextmanager

@@ -1,5 +1,9 @@
 """Configuration: read once from the environment, validated, frozen, passed down.
 
+A process reads it through :func:`current` (the first call reads the environment, every
+later one returns the same :class:`Settings`); :func:`reset` makes the next call read
+again. A forked child keeps its parent's settings, as it keeps its environment.
+
 Every variable has the ``JOBQ_`` prefix except the platform ones (``DATABASE_URL``,
 ``PORT``, ``WEB_CONCURRENCY``). Durations are seconds. A bad value raises
 :class:`jobq.errors.ConfigError` naming the variable; ``jobq`` commands print it
@@ -9,6 +13,7 @@ and exit non-zero before starting anything.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
@@ -145,3 +150,42 @@ def _config_error(exc: pydantic.ValidationError) -> ConfigError:
     value = first.get("input")
     shown = f" (got {value!r})" if isinstance(value, (str, int, float)) else ""
     return ConfigError(variable, f"{first['msg']}{shown}")
+
+
+_current: Settings | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> Settings:
+    """This process's settings: read from the environment by the first call, then the
+    same frozen object until :func:`reset`. Safe to call from any thread.
+
+    Raises :class:`ConfigError` naming the first bad variable; nothing is kept then, so
+    the next call reads the environment again.
+    """
+    global _current
+    settings = _current
+    if settings is None:
+        with _current_lock:
+            if _current is None:
+                _current = Settings.from_env()
+            settings = _current
+    return settings
+
+
+def reset() -> None:
+    """Forget the settings :func:`current` read: its next call reads the environment again
+    (for tests that change it; a running process has no reason to)."""
+    global _current
+    with _current_lock:
+        _current = None
+
+
+def _unlock_in_child() -> None:
+    # A fork taken while another thread held the lock would leave it held for ever in
+    # the child; the child has only the forking thread, so a new lock is safe.
+    global _current_lock
+    _current_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_in_child)

@@ -1,5 +1,8 @@
+import threading
+
 import pytest
 
+import jobq.settings
 from jobq.errors import ConfigError
 from jobq.settings import DEFAULT_POLL_INTERVAL, Settings
 
@@ -67,3 +70,50 @@ def test_missing_database_url_is_a_config_error():
 
 def test_overrides_win_over_the_environment():
     assert Settings.from_env({"JOBQ_POLL_INTERVAL": "3"}, poll_interval=0.5).poll_interval == 0.5
+
+
+@pytest.fixture
+def fresh_read():
+    """current() reads the (monkeypatched) environment at its next call, and the
+    settings read in the test do not outlive it."""
+    jobq.settings.reset()
+    yield
+    jobq.settings.reset()
+
+
+def test_current_reads_the_environment_once_until_reset(fresh_read, monkeypatch):
+    monkeypatch.setenv("JOBQ_POLL_INTERVAL", "3")
+    first = jobq.settings.current()
+    monkeypatch.setenv("JOBQ_POLL_INTERVAL", "4")
+    assert jobq.settings.current() is first
+    assert first.poll_interval == 3
+    jobq.settings.reset()
+    assert jobq.settings.current().poll_interval == 4
+
+
+def test_current_reads_once_when_threads_ask_together(fresh_read, monkeypatch):
+    reads = []
+    from_env = Settings.from_env
+
+    def counted() -> Settings:
+        reads.append(threading.get_ident())
+        return from_env()
+
+    monkeypatch.setattr(Settings, "from_env", counted)
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(jobq.settings.current())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(reads) == 1
+    assert len(answers) == 8 and all(answer is answers[0] for answer in answers)
+
+
+def test_current_keeps_nothing_after_a_bad_value(fresh_read, monkeypatch):
+    monkeypatch.setenv("JOBQ_POLL_INTERVAL", "soon")
+    with pytest.raises(ConfigError) as caught:
+        jobq.settings.current()
+    assert caught.value.variable == "JOBQ_POLL_INTERVAL"
+    monkeypatch.setenv("JOBQ_POLL_INTERVAL", "2")
+    assert jobq.settings.current().poll_interval == 2

@@ -1,14 +1,16 @@
 """The application factory: ``gunicorn 'web.app:create_app()'``.
 
-``create_app`` reads and validates the configuration, registers one blueprint per
-resource and the error handlers, and opens no connection: each process opens its
-own pool on its first request (after Gunicorn's fork).
+``create_app`` takes the process's validated configuration (:func:`jobq.settings.current`,
+read once: under Gunicorn, ``deploy/gunicorn.conf.py`` has read it already), registers
+one blueprint per resource and the error handlers, and opens no connection: each
+process opens its own pool on its first request (after Gunicorn's fork).
 """
 
 from __future__ import annotations
 
 from flask_openapi3 import Info, OpenAPI
 
+import jobq.settings
 from jobq import __version__
 from jobq.settings import Settings
 from web import auth, context, errors, jsonio
@@ -23,12 +25,12 @@ OPEN_ENDPOINTS = frozenset({"health.liveness"})  # answered without a token
 
 
 def create_app(settings: Settings | None = None) -> OpenAPI:
-    """Build the jobq API for ``settings`` (default: the environment).
+    """Build the jobq API for ``settings`` (default: :func:`jobq.settings.current`).
 
     Raises :class:`jobq.errors.ConfigError` naming a bad or missing variable
     (``DATABASE_URL`` is required).
     """
-    settings = settings or Settings.from_env()
+    settings = settings or jobq.settings.current()
     app = OpenAPI(
         __name__,
         info=Info(title="jobq", version=__version__, description="A background job queue on PostgreSQL."),
