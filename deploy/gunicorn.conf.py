@@ -6,13 +6,15 @@ Configuration comes from the environment: ``PORT`` (default 8000), ``WEB_CONCURR
 (worker processes, default two per core) and jobq's own ``JOBQ_*`` and
 ``DATABASE_URL``, read and validated here (:func:`jobq.settings.current`) before any
 worker starts; the preloaded app is built from the same read. Anything Gunicorn accepts
-can still be added with ``GUNICORN_CMD_ARGS``.
+can still be added with ``GUNICORN_CMD_ARGS``, except jobq's variables through Gunicorn's
+``--env``: it sets them after this file has read them, so start-up stops naming them.
 """
 
 import os
 
 import jobq.settings
 from jobq import logs
+from jobq.settings import Settings, variable_name
 
 settings = jobq.settings.current()  # a bad variable stops start-up with its name
 
@@ -52,6 +54,23 @@ if os.path.isdir("/dev/shm"):
     worker_tmp_dir = "/dev/shm"  # heartbeat files in memory, not on a possibly slow disk
 
 
+JOBQ_VARIABLES = frozenset(variable_name(field) for field in Settings.model_fields)
+
+
 def on_starting(server):
     """The app's own log lines (jobq and web loggers) go to stdout like Gunicorn's."""
+    refuse_jobq_variables_from_gunicorn_env(server.cfg)
     logs.configure(log_format=settings.log_format, level=settings.log_level)
+
+
+def refuse_jobq_variables_from_gunicorn_env(cfg):
+    """Raise RuntimeError (Gunicorn prints it and exits 1) naming a jobq variable that
+    Gunicorn's ``--env`` sets to a value the environment did not have: Gunicorn applies
+    ``--env`` after this file has read the settings the app is built from, so it would
+    be ignored (a token given that way would guard nothing)."""
+    for name, value in sorted(cfg.env.items()):
+        if name in JOBQ_VARIABLES and cfg.env_orig.get(name) != value:
+            raise RuntimeError(
+                f"{name}: set it in the environment Gunicorn starts in, not with --env "
+                "(jobq reads its settings once, before Gunicorn applies --env)"
+            )

@@ -3,12 +3,15 @@ they parse, they run the Procfile's commands, they copy files that exist, and th
 configuration they document is the configuration jobq reads."""
 
 import json
+import runpy
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+import jobq.settings
 from jobq.settings import Settings, variable_name
 
 pytestmark = pytest.mark.unit
@@ -87,3 +90,30 @@ def test_systemd_units_run_the_supervisor_and_gunicorn():
     web = (DEPLOY / "jobq-web.service").read_text()
     assert "ExecStart=/opt/jobq/.venv/bin/jobq worker" in worker and "KillMode=mixed" in worker
     assert "deploy/gunicorn.conf.py" in web
+
+
+@pytest.fixture
+def gunicorn_conf(monkeypatch):
+    """deploy/gunicorn.conf.py as Gunicorn loads it, in a process whose settings are read
+    afresh (and forgotten after the test)."""
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@/unused")
+    monkeypatch.setenv("JOBQ_MAX_BODY_BYTES", "4096")
+    jobq.settings.reset()
+    yield runpy.run_path(str(DEPLOY / "gunicorn.conf.py"))
+    jobq.settings.reset()
+
+
+def test_gunicorn_conf_and_the_preloaded_app_share_one_read_of_the_settings(gunicorn_conf):
+    from web.app import create_app
+
+    app = create_app()  # what Gunicorn's preload builds, in the process that loaded the conf
+    assert app.extensions["jobq"].settings is gunicorn_conf["settings"]
+    assert app.config["MAX_CONTENT_LENGTH"] == 4096
+
+
+def test_gunicorn_env_option_may_not_set_a_jobq_variable(gunicorn_conf):
+    refuse = gunicorn_conf["refuse_jobq_variables_from_gunicorn_env"]
+    with pytest.raises(RuntimeError, match="^JOBQ_API_TOKEN: "):
+        refuse(SimpleNamespace(env={"JOBQ_API_TOKEN": "secret", "OTHER": "1"}, env_orig={}))
+    refuse(SimpleNamespace(env={"OTHER": "1"}, env_orig={}))
+    refuse(SimpleNamespace(env={"JOBQ_API_TOKEN": "secret"}, env_orig={"JOBQ_API_TOKEN": "secret"}))
