@@ -19,7 +19,8 @@ from web.docs import docs
 from web.health import health
 from web.jobs import jobs
 from web.metrics import metrics
-from web.schemas import BEARER_SCHEME, Error, ValidationFailure
+from web.blueprints import BEARER_SCHEME
+from web.schemas import Error, ValidationFailure
 
 OPEN_ENDPOINTS = frozenset({"health.liveness"})  # answered without a token
 

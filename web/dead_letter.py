@@ -5,7 +5,8 @@ from __future__ import annotations
 import jobq
 from web import jsonio
 from web.context import api
-from web.schemas import DeadLetterListQuery, DeadLetterOut, DeadLetterPage, DeadLetterPath, Error, JobOut, resource
+from web.blueprints import resource
+from web.schemas import DeadLetterListQuery, DeadLetterOut, DeadLetterPage, DeadLetterPath, Error, JobOut
 
 dead_letter = resource("dead_letter", __name__, "Jobs that ran out of retries")
 

@@ -7,7 +7,8 @@ from flask_openapi3 import APIBlueprint, Tag
 
 from jobq.db import ping
 from web.context import api
-from web.schemas import BEARER, GUARDED, Health
+from web.blueprints import BEARER, GUARDED
+from web.schemas import Health
 
 health = APIBlueprint("health", __name__, abp_tags=[Tag(name="health")])
 

@@ -8,6 +8,7 @@ import jobq
 from jobq.errors import InvalidArgument
 from jobq.submit import submit
 from web import jsonio
+from web.blueprints import header_parameters, resource
 from web.context import api
 from web.schemas import (
     IDEMPOTENCY_KEY,
@@ -21,8 +22,6 @@ from web.schemas import (
     JobPage,
     JobPath,
     ValidationFailure,
-    header_parameters,
-    resource,
 )
 
 jobs = resource("jobs", __name__, "The job ledger")

@@ -17,7 +17,8 @@ from prometheus_client.registry import Collector
 
 from jobq.metrics import Metrics, Quantiles, snapshot
 from web.context import api
-from web.schemas import MetricsOut, resource
+from web.blueprints import resource
+from web.schemas import MetricsOut
 
 metrics = resource("metrics", __name__, "Queue metrics, read from the database at each request")
 

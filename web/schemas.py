@@ -1,4 +1,5 @@
-"""The request and response models of the API, from which the OpenAPI document is made.
+"""The request and response models of the API, from which the OpenAPI document is made
+(with the declarations of web/blueprints.py).
 
 Request models validate (through flask-openapi3) exactly what the library accepts:
 a ``POST /jobs`` body is a :class:`jobq.spec.JobSpec`. Response models only document:
@@ -11,7 +12,6 @@ import dataclasses
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_type_hints
 
-from flask_openapi3 import APIBlueprint, Tag
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, create_model
 
 from jobq.job import STATUSES, DeadLetter, Job
@@ -20,10 +20,6 @@ from jobq.metrics import Metrics
 from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_QUEUE_LENGTH, MAX_TYPE_LENGTH, JobSpec, as_utc, check_text
 
 MAX_BATCH = 1000
-
-# The OpenAPI security requirement of every route but /health (JOBQ_API_TOKEN).
-BEARER_SCHEME = {"bearer": {"type": "http", "scheme": "bearer"}}
-BEARER = [{"bearer": []}]
 
 # ---------------------------------------------------------------------------------------
 # Requests
@@ -77,16 +73,6 @@ class EnqueueHeaders(Parameters):
         alias=IDEMPOTENCY_KEY,
         description="A job already holding this key is returned (200) instead of a new one being added.",
     )
-
-
-def header_parameters(model: type[Parameters]) -> list[dict[str, Any]]:
-    """The OpenAPI parameters (``in: header``) of a model of headers, one per field."""
-    schema = model.model_json_schema()
-    return [
-        {"name": name, "in": "header", "required": name in schema.get("required", ()),
-         "description": field.get("description"), "schema": field}
-        for name, field in schema["properties"].items()
-    ]
 
 
 def _filter_text(max_length: int) -> Any:
@@ -172,16 +158,6 @@ class Error(BaseModel):
     """Every error but 422."""
 
     detail: str
-
-
-# What any route that needs the token and the database may answer.
-GUARDED = {401: Error, 503: Error}
-
-
-def resource(name: str, import_name: str, description: str) -> APIBlueprint:
-    """The blueprint of one resource: its routes need the token and the database."""
-    tags = [Tag(name=name, description=description)]
-    return APIBlueprint(name, import_name, abp_tags=tags, abp_security=BEARER, abp_responses=GUARDED)
 
 
 class ValidationIssue(BaseModel):
