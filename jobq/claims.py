@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from jobq import queries
 from jobq.db import Connection
@@ -43,22 +43,32 @@ class Deferred(Generic[T]):
         return self._value
 
 
+class Leased(Protocol):
+    """What a writer presents to record an outcome: the job, the lease it got at claim
+    time, and whether its session holds the job's advisory lock (released by the write)."""
+
+    @property
+    def job_id(self) -> int: ...
+
+    @property
+    def lease(self) -> int: ...
+
+    @property
+    def locked(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
-class Claimed:
-    """A job this worker claimed, and whether it also got the job's advisory lock."""
+class Claim:
+    """A job this worker claimed, under the lease of that claim, and whether its
+    session holds the job's advisory lock (false: another session does; never run it)."""
 
     job: Job
+    lease: int
     locked: bool
 
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """What a worker must present to write an outcome: the job, its lease, and whether
-    this session holds its advisory lock (to be released by the write)."""
-
-    job_id: int
-    lease: int
-    held: bool = True
+    @property
+    def job_id(self) -> int:
+        return self.job.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +83,7 @@ class Failure:
 
 def claim(
     conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int
-) -> Deferred[list[Claimed]]:
+) -> Deferred[list[Claim]]:
     """Claim up to ``limit`` due jobs of ``queues``.
 
     The jobs come back in claim order (priority, run_at, id), each with a new lease and,
@@ -84,31 +94,32 @@ def claim(
         queries.JOB_CLAIM, {"queues": list(queues), "worker_id": worker_id, "limit": limit, "lock_base": lock_base}
     )
 
-    def read() -> list[Claimed]:
-        claimed = [Claimed(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
+    def read() -> list[Claim]:
+        jobs = [(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
+        claimed = [Claim(job, job.lease, locked) for job, locked in jobs]  # type: ignore[arg-type]
         claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
         return claimed
 
     return Deferred(read)
 
 
-def start(conn: Connection, jobs: Sequence[Held], elapsed: Sequence[float]) -> Deferred[set[int]]:
+def start(conn: Connection, jobs: Sequence[Leased], elapsed: Sequence[float]) -> Deferred[set[int]]:
     """claimed -> running for jobs that started ``elapsed`` seconds ago; the answer is
     the ids whose lease no longer matched (not marked)."""
     cur = conn.cursor()
     cur.execute(queries.JOB_START_IF_LEASED, {**_leases(jobs), "elapsed": list(elapsed)})
-    return Deferred(lambda: {held.job_id for held in jobs} - {row[0] for row in cur.fetchall()})
+    return Deferred(lambda: {leased.job_id for leased in jobs} - {row[0] for row in cur.fetchall()})
 
 
-def heartbeat(conn: Connection, jobs: Sequence[Held]) -> Deferred[set[int]]:
+def heartbeat(conn: Connection, jobs: Sequence[Leased]) -> Deferred[set[int]]:
     """Touch heartbeat_at of in-flight jobs; the answer is the ids no longer held."""
     cur = conn.cursor()
     cur.execute(queries.JOB_HEARTBEAT_IF_LEASED, _leases(jobs))
-    return Deferred(lambda: {held.job_id for held in jobs} - {row[0] for row in cur.fetchall()})
+    return Deferred(lambda: {leased.job_id for leased in jobs} - {row[0] for row in cur.fetchall()})
 
 
 def complete(
-    conn: Connection, jobs: Sequence[Held], results: Sequence[str], elapsed: Sequence[float], *, lock_base: int
+    conn: Connection, jobs: Sequence[Leased], results: Sequence[str], elapsed: Sequence[float], *, lock_base: int
 ) -> Deferred[set[int]]:
     """claimed|running -> done with each job's result (JSON text, see
     :func:`jobq.spec.storable_json`); ``elapsed`` is how long each ran (its started_at
@@ -117,14 +128,14 @@ def complete(
     cur = conn.cursor()
     cur.execute(
         queries.JOB_COMPLETE_IF_LEASED,
-        {**_held_params(jobs, lock_base), "results": list(results), "elapsed": list(elapsed)},
+        {**_locked_params(jobs, lock_base), "results": list(results), "elapsed": list(elapsed)},
     )
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
 def fail(
     conn: Connection,
-    jobs: Sequence[Held],
+    jobs: Sequence[Leased],
     errors: Sequence[str],
     delays: Sequence[float],
     elapsed: Sequence[float],
@@ -140,7 +151,7 @@ def fail(
     cur.execute(
         queries.JOB_FAIL_IF_LEASED,
         {
-            **_held_params(jobs, lock_base),
+            **_locked_params(jobs, lock_base),
             "errors": list(errors),
             "delays": list(delays),
             "elapsed": list(elapsed),
@@ -160,22 +171,22 @@ def fail(
     return Deferred(read)
 
 
-def release(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> Deferred[set[int]]:
+def release(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Deferred[set[int]]:
     """claimed|running -> pending with no attempt counted; the answer is the ids whose
     write was rejected for a stale lease."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_RELEASE_IF_LEASED, _held_params(jobs, lock_base))
+    cur.execute(queries.JOB_RELEASE_IF_LEASED, _locked_params(jobs, lock_base))
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
-def relock(conn: Connection, jobs: Sequence[Held], *, lock_base: int) -> set[int]:
+def relock(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> set[int]:
     """After a reconnect: take again the advisory locks of jobs still held under their
     leases. Returns the ids that are lost (lease gone or lock held elsewhere)."""
     rows = conn.execute(queries.JOB_RELOCK_IF_LEASED, {**_leases(jobs), "lock_base": lock_base}).fetchall()
     return {job_id for job_id, locked in rows if not locked}
 
 
-def finished_under_lease(conn: Connection, jobs: Sequence[Held]) -> set[int]:
+def finished_under_lease(conn: Connection, jobs: Sequence[Leased]) -> set[int]:
     """Of ``jobs``, those whose row still carries the lease presented but is no longer in
     flight: after a reconnect, the outcome writes the broken connection had in fact
     committed (not stale ones)."""
@@ -203,9 +214,9 @@ def count_events(conn: Connection, name: str, jobs: Iterable[tuple[str, str]]) -
         conn.execute(queries.COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
 
 
-def _leases(jobs: Sequence[Held]) -> dict[str, Any]:
-    return {"ids": [held.job_id for held in jobs], "leases": [held.lease for held in jobs]}
+def _leases(jobs: Sequence[Leased]) -> dict[str, Any]:
+    return {"ids": [leased.job_id for leased in jobs], "leases": [leased.lease for leased in jobs]}
 
 
-def _held_params(jobs: Sequence[Held], lock_base: int) -> dict[str, Any]:
-    return {**_leases(jobs), "locked": [held.held for held in jobs], "lock_base": lock_base}
+def _locked_params(jobs: Sequence[Leased], lock_base: int) -> dict[str, Any]:
+    return {**_leases(jobs), "locked": [leased.locked for leased in jobs], "lock_base": lock_base}

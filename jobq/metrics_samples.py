@@ -13,7 +13,9 @@ from jobq.db import Connection
 KEEP_SECONDS = 900.0
 
 
-def take(conn: Connection) -> None:
-    """Record the current totals, and forget samples older than KEEP_SECONDS."""
-    conn.execute(queries.COUNTER_SAMPLE_TAKE)
+def take(conn: Connection) -> int:
+    """Record the current totals, and forget samples older than KEEP_SECONDS; returns
+    the number of sample rows written."""
+    taken = conn.execute(queries.COUNTER_SAMPLE_TAKE).rowcount
     conn.execute(queries.COUNTER_SAMPLE_PRUNE, {"keep_seconds": KEEP_SECONDS})
+    return taken

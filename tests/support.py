@@ -37,36 +37,32 @@ def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
 
 def claim(
     conn: psycopg.Connection, limit: int = 10, queues: Sequence[str] = ("default",), worker_id: str = "test"
-) -> list[claims.Claimed]:
+) -> list[claims.Claim]:
     return claims.claim(conn, queues, worker_id=worker_id, limit=limit, lock_base=LOCK_BASE).result()
 
 
-def held(claimed: Sequence[claims.Claimed]) -> list[claims.Held]:
-    return [claims.Held(c.job.id, c.job.lease, c.locked) for c in claimed]  # type: ignore[arg-type]
-
-
-def complete(conn: psycopg.Connection, claimed: Sequence[claims.Claimed]) -> set[int]:
+def complete(conn: psycopg.Connection, claimed: Sequence[claims.Claim]) -> set[int]:
     """Record every claimed job as done with {"ok": true}; returns the rejected ids."""
     return claims.complete(
-        conn, held(claimed), ['{"ok":true}'] * len(claimed), [0.0] * len(claimed), lock_base=LOCK_BASE
+        conn, claimed, ['{"ok":true}'] * len(claimed), [0.0] * len(claimed), lock_base=LOCK_BASE
     ).result()
 
 
 def fail(
-    conn: psycopg.Connection, claimed: Sequence[claims.Claimed], error: str = "boom", delay: float = 0.0
+    conn: psycopg.Connection, claimed: Sequence[claims.Claim], error: str = "boom", delay: float = 0.0
 ) -> tuple[list[claims.Failure], set[int]]:
     n = len(claimed)
-    return claims.fail(conn, held(claimed), [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+    return claims.fail(conn, claimed, [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
 
 
-def run_claimed(conn: psycopg.Connection, claimed: Sequence[claims.Claimed], delay: float = 0.0) -> None:
+def run_claimed(conn: psycopg.Connection, claimed: Sequence[claims.Claim], delay: float = 0.0) -> None:
     """Run each claimed job's handler and record its outcome, as a worker would."""
     for c in claimed:
-        outcome = execution.run(c.job)
+        outcome = execution.run(c.job, registry.find(c.job.type))
         if outcome.ok:
-            claims.complete(conn, held([c]), [outcome.result_json], [outcome.seconds], lock_base=LOCK_BASE).result()
+            claims.complete(conn, [c], [outcome.result_json], [outcome.seconds], lock_base=LOCK_BASE).result()
         else:
-            claims.fail(conn, held([c]), [outcome.error], [delay], [outcome.seconds], lock_base=LOCK_BASE).result()
+            claims.fail(conn, [c], [outcome.error], [delay], [outcome.seconds], lock_base=LOCK_BASE).result()
 
 
 def drain(conn: psycopg.Connection, queues: Sequence[str] = ("default",), batch: int = 50) -> int:
@@ -78,11 +74,11 @@ def drain(conn: psycopg.Connection, queues: Sequence[str] = ("default",), batch:
     return ran
 
 
-def settle(conn: psycopg.Connection, claimed: claims.Claimed, status: str) -> None:
+def settle(conn: psycopg.Connection, claimed: claims.Claim, status: str) -> None:
     """Take a job just claimed on to ``status``: claimed (left as is), running, done, or
     dead (a failure, for a job with no retries left)."""
     if status == "running":
-        claims.start(conn, held([claimed]), [0.0]).result()
+        claims.start(conn, [claimed], [0.0]).result()
     elif status == "done":
         complete(conn, [claimed])
     elif status == "dead":

@@ -7,7 +7,7 @@ import pytest
 
 import jobq
 from jobq import claims
-from support import LOCK_BASE, advisory_locks, claim, complete, drain, fail, held
+from support import LOCK_BASE, advisory_locks, claim, complete, drain, fail
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
 
@@ -65,7 +65,7 @@ def test_claim_sets_owner_lease_and_times(conn):
 def test_every_claim_gets_a_new_lease(conn):
     job = jobq.enqueue("noop", conn=conn)
     (first,) = claim(conn, 1)
-    claims.release(conn, held([first]), lock_base=LOCK_BASE).result()
+    claims.release(conn, [first], lock_base=LOCK_BASE).result()
     (second,) = claim(conn, 1)
     assert second.job.id == job.id and second.job.lease != first.job.lease
 
@@ -106,15 +106,15 @@ def test_concurrent_processes_never_claim_the_same_job(conn, database_url):
 def test_a_write_with_a_stale_lease_is_rejected_and_changes_nothing(conn):
     jobq.enqueue("noop", conn=conn)
     (stale,) = claim(conn, 1)
-    claims.release(conn, held([stale]), lock_base=LOCK_BASE).result()
+    claims.release(conn, [stale], lock_base=LOCK_BASE).result()
     (current,) = claim(conn, 1)
     before = jobq.get(current.job.id, conn=conn)
 
     assert complete(conn, [stale]) == {stale.job.id}
     assert fail(conn, [stale]) == ([], {stale.job.id})
-    assert claims.release(conn, held([stale]), lock_base=LOCK_BASE).result() == {stale.job.id}
-    assert claims.start(conn, held([stale]), [0.0]).result() == {stale.job.id}
-    assert claims.heartbeat(conn, held([stale])).result() == {stale.job.id}
+    assert claims.release(conn, [stale], lock_base=LOCK_BASE).result() == {stale.job.id}
+    assert claims.start(conn, [stale], [0.0]).result() == {stale.job.id}
+    assert claims.heartbeat(conn, [stale]).result() == {stale.job.id}
     assert jobq.get(current.job.id, conn=conn) == before
 
     assert complete(conn, [current]) == set()
@@ -124,10 +124,10 @@ def test_a_write_with_a_stale_lease_is_rejected_and_changes_nothing(conn):
 def test_after_a_reconnect_a_recorded_outcome_is_told_from_a_stale_one(conn):
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     stale, in_flight = claim(conn, 2)
-    claims.release(conn, held([stale]), lock_base=LOCK_BASE).result()
+    claims.release(conn, [stale], lock_base=LOCK_BASE).result()
     (current,) = claim(conn, 1)
     complete(conn, [current])
-    assert claims.finished_under_lease(conn, held([stale, current, in_flight])) == {current.job.id}
+    assert claims.finished_under_lease(conn, [stale, current, in_flight]) == {current.job.id}
 
 
 def test_advisory_locks_are_held_only_for_claimed_jobs_until_their_outcome(conn):

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pytest
 
 from jobq.daemon import execution
-from jobq.handlers import builtin
+from jobq.handlers import builtin, registry
 from jobq.handlers.registry import load
 from jobq.job import Job
 
@@ -20,6 +20,11 @@ def job(type_: str, payload: dict, attempt: int = 0) -> Job:
         max_retries=3, run_at=now, claimed_at=now, started_at=now, heartbeat_at=now, completed_at=None,
         created_at=now, result=None, error=None, errors=[], worker_id="w",
     )
+
+
+def run(job: Job) -> execution.RunResult:
+    """Run a job as a worker does: its handler looked up, then called."""
+    return execution.run(job, registry.find(job.type))
 
 
 @pytest.mark.parametrize(
@@ -63,20 +68,20 @@ def test_is_prime_and_sha256_accept_their_documented_bounds():
 
 
 def test_simple_handlers_return_the_seed_fields():
-    assert execution.run(job("noop", {})).result_json == '{"ok":true}'
-    assert execution.run(job("echo", {"a": [1, "b"]})).result_json == '{"a":[1,"b"]}'
-    assert execution.run(job("slow", {"sleep_seconds": 0.01})).result_json == '{"slept_for":0.01}'
-    assert execution.run(job("flaky", {}, attempt=2)).result_json == '{"ok":true,"succeeded_on_attempt":2}'
+    assert run(job("noop", {})).result_json == '{"ok":true}'
+    assert run(job("echo", {"a": [1, "b"]})).result_json == '{"a":[1,"b"]}'
+    assert run(job("slow", {"sleep_seconds": 0.01})).result_json == '{"slept_for":0.01}'
+    assert run(job("flaky", {}, attempt=2)).result_json == '{"ok":true,"succeeded_on_attempt":2}'
 
 
 @pytest.mark.parametrize("attempt", [0, 1])
 def test_flaky_fails_on_its_first_two_attempts(attempt):
-    outcome = execution.run(job("flaky", {}, attempt=attempt))
+    outcome = run(job("flaky", {}, attempt=attempt))
     assert not outcome.ok and f"attempt {attempt}" in outcome.error
 
 
 def test_always_fail_fails_with_its_traceback():
-    outcome = execution.run(job("always_fail", {}))
+    outcome = run(job("always_fail", {}))
     assert not outcome.ok
     assert "Traceback" in outcome.error and "always_fail" in outcome.error
 
@@ -99,7 +104,7 @@ def test_always_fail_fails_with_its_traceback():
     ],
 )
 def test_bad_payload_fails_at_once_naming_the_field(type_, payload, field):
-    outcome = execution.run(job(type_, payload))
+    outcome = run(job(type_, payload))
     assert not outcome.ok
     assert field in outcome.error
     assert "Traceback" not in outcome.error
@@ -107,7 +112,7 @@ def test_bad_payload_fails_at_once_naming_the_field(type_, payload, field):
 
 
 def test_unknown_type_fails_naming_the_type():
-    outcome = execution.run(job("no_such_type", {}))
+    outcome = run(job("no_such_type", {}))
     assert not outcome.ok and "'no_such_type'" in outcome.error
 
 
@@ -118,5 +123,5 @@ def test_result_that_is_not_json_fails_the_run():
     def returns_a_set(job):
         return {"values": {1, 2}}
 
-    outcome = execution.run(job("returns_a_set", {}))
+    outcome = run(job("returns_a_set", {}))
     assert not outcome.ok and "not storable JSON" in outcome.error

@@ -1,14 +1,14 @@
-"""The lock-aware reaper and the settlement of dead workers' jobs, driven directly."""
+"""The lock-aware reaper and the recovery of dead workers' jobs, driven directly."""
 
 import psycopg
 import pytest
 
 import jobq
 from jobq import claims
-from jobq.daemon import presence, reaper
+from jobq.daemon import presence, reaper, reports
 from jobq.settings import Settings
 from daemon import wait_for
-from support import LOCK_BASE, advisory_locks, claim, held
+from support import LOCK_BASE, advisory_locks, claim
 
 pytestmark = [pytest.mark.db, pytest.mark.reaper]
 
@@ -40,7 +40,7 @@ def age_heartbeats(conn, seconds: float = 60) -> None:
 def test_stale_jobs_of_a_live_session_are_never_reclaimed(conn, worker_session):
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     running, _ = claim(worker_session, 2)
-    claims.start(worker_session, held([running]), [0.0]).result()
+    claims.start(worker_session, [running], [0.0]).result()
     age_heartbeats(conn)
     assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).changed == 0
     assert {job.status for job in jobq.list_jobs(conn=conn).items} == {"claimed", "running"}
@@ -49,11 +49,11 @@ def test_stale_jobs_of_a_live_session_are_never_reclaimed(conn, worker_session):
 def test_stale_jobs_of_a_gone_session_are_reclaimed_by_their_state(conn, worker_session):
     jobq.enqueue_many([{"type": "noop", "max_retries": 3}, {"type": "noop", "max_retries": 0}, {"type": "noop"}], conn=conn)
     first, second, third = claim(worker_session, 3)
-    claims.start(worker_session, held([first, second]), [0.0, 0.0]).result()
+    claims.start(worker_session, [first, second], [0.0, 0.0]).result()
     end_session(worker_session, conn)  # the worker's session ends: its advisory locks are gone
     age_heartbeats(conn)
-    settled = reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
-    assert (settled.released, settled.retried, settled.dead) == (1, 1, 1)
+    recovered = reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
+    assert (recovered.released, recovered.retried, recovered.dead) == (1, 1, 1)
     retried, dead, released = (jobq.get(c.job.id, conn=conn) for c in (first, second, third))
     assert (retried.status, retried.attempt, retried.error) == ("pending", 1, "worker lost")
     assert dead.status == "dead" and jobq.list_dead(conn=conn).items[0].original_id == dead.id
@@ -74,7 +74,7 @@ def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, datab
     for _ in range(3):
         conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job.id,))
         doomed = psycopg.connect(database_url, autocommit=True)
-        claims.start(doomed, held(claim(doomed, 1)), [0.0]).result()
+        claims.start(doomed, claim(doomed, 1), [0.0]).result()
         end_session(doomed, conn)
         age_heartbeats(conn)
         reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
@@ -87,16 +87,14 @@ def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, datab
     [("timeout", "pending", "timeout after 7 s"), ("crash", "pending", "worker process died while running this job (exit code 1)"),
      ("shutdown", "pending", None)],
 )
-def test_a_gone_workers_current_job_is_settled_by_why_it_is_gone(conn, worker_session, kind, status, error):
+def test_a_gone_workers_current_job_is_recovered_by_why_it_is_gone(conn, worker_session, kind, status, error):
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     current, queued = claim(worker_session, 2, worker_id="host:1:abc")
-    claims.start(worker_session, held([current]), [0.0]).result()
+    claims.start(worker_session, [current], [0.0]).result()
     end_session(worker_session, conn)
-    settled = reaper.settle_worker(
-        conn, SETTINGS, LOCK_BASE, worker_id="host:1:abc", job_id=current.job.id, lease=current.job.lease,
-        kind=kind, timeout=7, detail="exit code 1",
-    )
-    assert settled.busy == 0
+    gone = reports.Gone("host:1:abc", current.job.id, current.lease, kind, 7, "exit code 1")
+    recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+    assert recovered.busy == 0
     row = jobq.get(current.job.id, conn=conn)
     assert (row.status, row.error) == (status, error)
     assert row.attempt == (0 if kind == "shutdown" else 1)
@@ -105,14 +103,12 @@ def test_a_gone_workers_current_job_is_settled_by_why_it_is_gone(conn, worker_se
     assert jobq.counts(conn=conn).totals.get("timeouts_total", 0) == (1 if kind == "timeout" else 0)
 
 
-def test_settling_a_worker_whose_session_lives_touches_nothing(conn, worker_session):
+def test_recovering_a_worker_whose_session_lives_touches_nothing(conn, worker_session):
     jobq.enqueue("noop", conn=conn)
     (current,) = claim(worker_session, 1, worker_id="host:2:abc")
-    settled = reaper.settle_worker(
-        conn, SETTINGS, LOCK_BASE, worker_id="host:2:abc", job_id=current.job.id, lease=current.job.lease,
-        kind="crash", timeout=0, detail="exit code 1",
-    )
-    assert settled.busy == 1 and settled.changed == 0
+    gone = reports.Gone("host:2:abc", current.job.id, current.lease, "crash", 0, "exit code 1")
+    recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+    assert recovered.busy == 1 and recovered.changed == 0
     assert jobq.get(current.job.id, conn=conn).status == "claimed"
 
 

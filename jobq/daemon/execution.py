@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 
 from jobq.errors import BadPayload, UnknownJobType
-from jobq.handlers.registry import lookup
+from jobq.handlers.registry import Handler
 from jobq.job import Job
 from jobq.spec import storable_json
 
@@ -29,16 +29,18 @@ class RunResult:
         return self.error is None
 
 
-def run(job: Job) -> RunResult:
-    """Call the handler of ``job.type`` with ``job`` and capture what happened.
+def run(job: Job, handler: Handler | None) -> RunResult:
+    """Call ``handler`` (the one registered for ``job.type``) with ``job`` and capture
+    what happened.
 
     Never raises for anything the handler does (except BaseExceptions such as
-    KeyboardInterrupt and SystemExit, which must stop the worker). An unknown type or a
-    result that is not storable JSON is a failed run like any other.
+    KeyboardInterrupt and SystemExit, which must stop the worker). No handler (an
+    unknown type) or a result that is not storable JSON is a failed run like any other.
     """
     started = time.monotonic()
     try:
-        handler = lookup(job.type)
+        if handler is None:
+            raise UnknownJobType(job.type)
         value = handler.func(job)
         try:
             result_json = storable_json(value)

@@ -48,30 +48,32 @@ class Listener:
         self._backoff.reset()
         return True
 
-    def wait(self, timeout: float, wake_fds: Sequence[int] = (), wakes: Callable[[int], bool] = lambda jobs: True) -> str:
+    def wait(self, timeout: float, wake_fds: Sequence[int] = (), wakes: Callable[[int], bool] = lambda jobs: True) -> None:
         """Block until a notification for our queues that ``wakes(jobs)`` accepts, a byte
-        on a wake-up fd, or the timeout. Returns ``"notified"``, ``"woken"``,
-        ``"timeout"`` or ``"reconnected"``."""
+        on a wake-up fd, or the timeout. Returns at once after a reconnect (what was
+        missed meanwhile is unknown: the caller looks)."""
         deadline = time.monotonic() + timeout
         if self.conn is None:
             if time.monotonic() >= self._next_attempt and self.connect():
                 log.info("listener.reconnected channel=%s", CHANNEL)
-                return "reconnected"
-            return self._sleep(deadline, wake_fds)
+                return
+            self._sleep(deadline, wake_fds)
+            return
         while True:
             try:
                 # Notifications that arrived during our last query are already buffered.
                 if self._ours(wakes):
-                    return "notified"
+                    return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return "timeout"
+                    return
                 ready, _, _ = select.select([self.conn.fileno(), *wake_fds], [], [], remaining)
             except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
                 self._drop(exc)
-                return self._sleep(deadline, wake_fds)
+                self._sleep(deadline, wake_fds)
+                return
             if any(fd in ready for fd in wake_fds):
-                return "woken"
+                return
 
     def close(self) -> None:
         if self.conn is not None:
@@ -90,10 +92,8 @@ class Listener:
                 return True
         return False
 
-    def _sleep(self, deadline: float, wake_fds: Sequence[int]) -> str:
-        remaining = max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select(list(wake_fds), [], [], remaining)
-        return "woken" if ready else "timeout"
+    def _sleep(self, deadline: float, wake_fds: Sequence[int]) -> None:
+        select.select(list(wake_fds), [], [], max(0.0, deadline - time.monotonic()))
 
     def _drop(self, exc: BaseException) -> None:
         if self.conn is not None:

@@ -1,46 +1,61 @@
 """The maintenance process: one child of each supervisor.
 
-Host-local work, always: settle the jobs of this supervisor's workers that died or
+Host-local work, always: recover the jobs of this supervisor's workers that died or
 were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as their
 locks are free.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
-``jobq worker`` against one database; one of them leads): the stale reaper, the
-removal of dead workers' rows, retention (JOBQ_RETENTION), and the samples of the
-counters that trailing-window metrics are computed from. Each duty is a ``run_once`` that returns counts and
-logs only when it changed something.
+``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
+its own interval: the samples of the counters that trailing-window metrics are
+computed from, the stale reaper, the removal of dead workers' rows, and retention
+(JOBQ_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
+only when it changed something.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import select
-import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
 from jobq import db, locks, metrics_samples, queries, retention
 from jobq.daemon import presence, reaper, reports
+from jobq.daemon.wakeup import SelfPipe
+from jobq.db import Connection
 from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
 
-SETTLE_RETRY = 0.05  # seconds between two tries at a dead worker's locks
-SETTLE_PATIENCE = 30.0  # after this, a dead worker's jobs are left to the stale reaper
-STOP_PATIENCE = 5.0  # at shutdown, how long pending settlements may still take
+RECOVER_RETRY = 0.05  # seconds between two tries at a dead worker's locks
+RECOVER_PATIENCE = 30.0  # after this, a dead worker's jobs are left to the stale reaper
+STOP_PATIENCE = 5.0  # at shutdown, how long pending recoveries may still take
 RETENTION_BUDGET = 1.0  # seconds of deleting per leader pass; the rest waits for the next one
 SAMPLE_INTERVAL = 5.0  # seconds between two samples of the totals (trailing-window rates)
 
 
 @dataclass
 class Pending:
+    """A dead worker whose jobs are not all recovered yet."""
+
     gone: reports.Gone
     since: float
+
+
+@dataclass
+class Duty:
+    """A cluster-wide duty of the leader: ``run_once`` does what is due and returns how
+    many rows it changed."""
+
+    name: str
+    every: float
+    run_once: Callable[[Connection], int]
+    next_at: float = 0.0
 
 
 class Maintenance:
@@ -56,13 +71,19 @@ class Maintenance:
         self.conn: psycopg.Connection | None = None
         self.leader = False
         self.next_lead = 0.0
-        self.next_reap = 0.0
-        self.next_sample = 0.0
         self.reconnect = db.ReconnectDelay()
         self.next_connect = 0.0
+        every = settings.reaper_interval
+        self.duties = [
+            Duty("sample", SAMPLE_INTERVAL, metrics_samples.take),
+            Duty("reap", every, self.reap_once),
+            Duty("remove_workers", every, self.remove_workers_once),
+        ]
+        if settings.retention > 0:
+            self.duties.append(Duty("retention", every, self.prune_once))
 
     def run(self) -> int:
-        self.install_signals()
+        self.wakeup = SelfPipe.for_child(stop=lambda *_: self.stopping.set(), quit=lambda *_: os._exit(0))
         reader = reports.Reader(self.command_fd)
         parent = os.getppid()
         log.info("maintenance.started pid=%s", os.getpid())
@@ -71,12 +92,12 @@ class Maintenance:
             closed = self.receive(reader)
             self.tick()
             self.wait()
-        # Stopping: what the supervisor sent last (the workers it killed) still gets settled.
+        # Stopping: what the supervisor sent last (the workers it killed) still gets recovered.
         deadline = time.monotonic() + STOP_PATIENCE
         self.receive(reader)
         while self.pending and time.monotonic() < deadline:
             self.tick(lead=False)
-            time.sleep(SETTLE_RETRY)
+            time.sleep(RECOVER_RETRY)
             self.receive(reader)
         if self.pending:
             log.warning("maintenance.unsettled workers=%s: left to the stale reaper", len(self.pending))
@@ -91,36 +112,19 @@ class Maintenance:
         self.pending += [Pending(m, time.monotonic()) for m in messages if isinstance(m, reports.Gone)]
         return closed
 
-    def install_signals(self) -> None:
-        self.wake_r, wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
-        signal.signal(signal.SIGQUIT, lambda *_: os._exit(0))
-        for ignored in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
-            signal.signal(ignored, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-
     def wait(self) -> None:
-        timeout = SETTLE_RETRY if self.pending else max(0.0, self.next_lead - time.monotonic())
+        timeout = RECOVER_RETRY if self.pending else max(0.0, self.next_lead - time.monotonic())
         if self.conn is None:
             timeout = min(timeout, max(0.0, self.next_connect - time.monotonic()))
-        select.select([self.command_fd, self.wake_r], [], [], timeout)
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        self.wakeup.wait(timeout, [self.command_fd])
 
     def tick(self, *, lead: bool = True) -> None:
-        """Settle what can be settled; lead when it is time. Database trouble is logged
+        """Recover what can be recovered; lead when it is time. Database trouble is logged
         and retried later; it never ends the process."""
         if self.conn is None and not self.connect():
             return
         try:
-            self.settle_pending()
+            self.recover_pending()
             if lead and time.monotonic() >= self.next_lead:
                 self.lead()
                 self.next_lead = time.monotonic() + min(self.settings.reaper_interval, SAMPLE_INTERVAL)
@@ -149,34 +153,28 @@ class Maintenance:
             log.info("maintenance.leadership_lost")
         self.leader = False
 
-    def settle_pending(self) -> None:
+    def recover_pending(self) -> int:
+        """Recover the jobs of the dead workers reported so far, where their locks are
+        free; returns how many jobs changed."""
         assert self.conn is not None
-        still = []
+        still, changed = [], 0
         for entry in self.pending:
             gone = entry.gone
-            settled = reaper.settle_worker(
-                self.conn,
-                self.settings,
-                self.lock_base,
-                worker_id=gone.worker_id,
-                job_id=gone.job_id,
-                lease=gone.lease,
-                kind=gone.kind,
-                timeout=gone.timeout,
-                detail=gone.detail,
-            )
-            if not settled.busy:
+            recovered = reaper.recover_worker(self.conn, self.settings, self.lock_base, gone)
+            changed += recovered.changed
+            if not recovered.busy:
                 presence.leave(self.conn, gone.worker_id)  # its row, if it could not remove it itself
                 continue
-            if time.monotonic() - entry.since > SETTLE_PATIENCE:
+            if time.monotonic() - entry.since > RECOVER_PATIENCE:
                 log.warning(
-                    "maintenance.settle_gave_up worker=%s jobs=%s: their locks are still held; the stale reaper "
+                    "maintenance.recover_gave_up worker=%s jobs=%s: their locks are still held; the stale reaper "
                     "will take them once their session ends",
-                    gone.worker_id, settled.busy,
+                    gone.worker_id, recovered.busy,
                 )
                 continue
             still.append(entry)
         self.pending = still
+        return changed
 
     def lead(self) -> None:
         """Cluster-wide duties, only under the leader lock, each on its own interval."""
@@ -187,14 +185,19 @@ class Maintenance:
                 return
             log.info("maintenance.leadership_acquired pid=%s", os.getpid())
         now = time.monotonic()
-        if now >= self.next_sample:
-            metrics_samples.take(self.conn)
-            self.next_sample = now + SAMPLE_INTERVAL
-        if now >= self.next_reap:
-            reaper.reap_stale(self.conn, self.settings, self.lock_base)
-            removed = presence.remove_stale(self.conn, self.settings.stale_threshold)
-            if removed:
-                log.info("maintenance.workers_removed workers=%s", ",".join(removed))
-            if self.settings.retention > 0:
-                retention.prune(self.conn, self.settings.retention, budget=RETENTION_BUDGET)
-            self.next_reap = now + self.settings.reaper_interval
+        for duty in self.duties:
+            if now >= duty.next_at:
+                duty.run_once(self.conn)
+                duty.next_at = now + duty.every
+
+    def reap_once(self, conn: Connection) -> int:
+        return reaper.reap_stale(conn, self.settings, self.lock_base).changed
+
+    def remove_workers_once(self, conn: Connection) -> int:
+        removed = presence.remove_stale(conn, self.settings.stale_threshold)
+        if removed:
+            log.info("maintenance.workers_removed workers=%s", ",".join(removed))
+        return len(removed)
+
+    def prune_once(self, conn: Connection) -> int:
+        return retention.prune(conn, self.settings.retention, budget=RETENTION_BUDGET)

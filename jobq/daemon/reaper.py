@@ -1,11 +1,11 @@
 """Taking jobs back from workers that are gone.
 
-Two ways to know a worker is gone, one rule for both: a job is settled only by a
+Two ways to know a worker is gone, one rule for both: a job is recovered only by a
 session that took its advisory lock, which it can do only once the worker's own
 session has ended. A worker whose session is still connected (stopped, slow, in a
 long GC pause) never has its job handed to someone else.
 
-- :func:`settle_worker`: the supervisor saw the process die (a crash, a timeout kill,
+- :func:`recover_worker`: the supervisor saw the process die (a crash, a timeout kill,
   a shutdown kill) and knows which job it was running: that job gets its fenced
   outcome at once, with the reason; its other claimed jobs go back to pending.
 - :func:`reap_stale`: jobs whose heartbeat stopped (a host lost with its
@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from jobq import claims, queries
-from jobq.claims import Held
+from jobq.daemon.reports import Gone
 from jobq.db import Connection
 from jobq.settings import Settings
 
@@ -33,8 +33,9 @@ REAP_BATCH = 500
 
 
 @dataclass(frozen=True)
-class Locked:
-    """An in-flight job whose lock this session took."""
+class LostJob:
+    """An in-flight job of a worker that is gone, whose advisory lock this session took
+    (so its outcome write releases it: a :class:`jobq.claims.Leased`)."""
 
     job_id: int
     lease: int
@@ -42,11 +43,12 @@ class Locked:
     attempt: int
     queue: str
     type: str
+    locked: bool = True
 
 
 @dataclass
-class Settled:
-    """What one settlement did."""
+class Recovered:
+    """What one pass of recovery did."""
 
     released: int = 0  # back to pending, no attempt counted
     retried: int = 0  # a failed attempt, back to pending after backoff
@@ -58,72 +60,63 @@ class Settled:
         return self.released + self.retried + self.dead
 
 
-def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Settled:
+def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovered:
     """One pass of the stale reaper over jobs whose heartbeat is older than
     ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone."""
     rows = _locked(conn, queries.JOB_LOCK_STALE, {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH}, lock_base)
-    settled = _settle(conn, rows, {}, settings, lock_base)
+    recovered = _recover(conn, rows, {}, settings, lock_base)
     _count(conn, rows, RECLAIMED_COUNTER)
-    if settled.changed:
+    if recovered.changed:
         log.warning(
             "reaper.reclaimed released=%s retried=%s dead=%s jobs=%s",
-            settled.released, settled.retried, settled.dead, ",".join(str(r.job_id) for r in rows),
+            recovered.released, recovered.retried, recovered.dead, ",".join(str(r.job_id) for r in rows),
         )
-    return settled
+    return recovered
 
 
-def settle_worker(
-    conn: Connection,
-    settings: Settings,
-    lock_base: int,
-    *,
-    worker_id: str,
-    job_id: int,
-    lease: int,
-    kind: str,
-    timeout: float,
-    detail: str,
-) -> Settled:
-    """Settle the in-flight jobs of a worker process that is gone.
+def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: Gone) -> Recovered:
+    """Recover the in-flight jobs of a worker process that is gone.
 
-    ``job_id``/``lease`` name the job it was running (0 when none), ``kind`` why it is
-    gone: ``timeout`` (killed at its job's deadline), ``crash`` (died on its own or was
-    killed by someone else) or ``shutdown`` (killed after the graceful timeout: back to
-    pending, no attempt counted). Jobs whose lock is still held (the session has not
-    ended yet) are counted as busy; call again.
+    ``gone.job_id``/``gone.lease`` name the job it was running (0 when none),
+    ``gone.kind`` why it is gone: ``timeout`` (killed at its job's deadline), ``crash``
+    (died on its own or was killed by someone else) or ``shutdown`` (killed after the
+    graceful timeout: back to pending, no attempt counted). Jobs whose lock is still
+    held (the session has not ended yet) are counted as busy; call again.
     """
-    rows = _locked(conn, queries.JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": worker_id}, lock_base)
-    reasons: dict[int, str | None] = {}
-    for row in rows:
-        if row.job_id == job_id and row.lease == lease:
-            if kind == "timeout":
-                reasons[row.job_id] = f"timeout after {timeout:g} s"
-            elif kind == "crash":
-                reasons[row.job_id] = f"worker process died while running this job ({detail})"
-            else:
-                reasons[row.job_id] = None  # shutdown: back to pending as if never started
-    settled = _settle(conn, rows, reasons, settings, lock_base)
-    if kind == "timeout":
-        _count(conn, [r for r in rows if r.job_id == job_id], TIMEOUT_COUNTER)
-    elif kind == "crash":
+    rows = _locked(conn, queries.JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
+    current = [row for row in rows if row.job_id == gone.job_id and row.lease == gone.lease]
+    reasons = {row.job_id: _reason(gone) for row in current}
+    recovered = _recover(conn, rows, reasons, settings, lock_base)
+    if gone.kind == "timeout":
+        _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER)
+    elif gone.kind == "crash":
         _count(conn, rows, RECLAIMED_COUNTER)
-    in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": worker_id}).fetchone()[0]  # type: ignore[index]
-    settled.busy = int(in_flight)
-    if settled.changed:
+    in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
+    recovered.busy = int(in_flight)
+    if recovered.changed:
         log.warning(
-            "reaper.settled_worker worker=%s kind=%s job=%s released=%s retried=%s dead=%s",
-            worker_id, kind, job_id or "-", settled.released, settled.retried, settled.dead,
+            "reaper.recovered_worker worker=%s kind=%s job=%s released=%s retried=%s dead=%s",
+            gone.worker_id, gone.kind, gone.job_id or "-", recovered.released, recovered.retried, recovered.dead,
         )
-    return settled
+    return recovered
 
 
-def _locked(conn: Connection, statement: str, params: dict, lock_base: int) -> list[Locked]:
-    return [Locked(*row) for row in conn.execute(statement, {**params, "lock_base": lock_base}).fetchall()]
+def _reason(gone: Gone) -> str | None:
+    """The error recorded for the job a gone worker was running (None: released)."""
+    if gone.kind == "timeout":
+        return f"timeout after {gone.timeout:g} s"
+    if gone.kind == "crash":
+        return f"worker process died while running this job ({gone.detail})"
+    return None  # shutdown: back to pending as if never started
 
 
-def _settle(
-    conn: Connection, rows: list[Locked], reasons: dict[int, str | None], settings: Settings, lock_base: int
-) -> Settled:
+def _locked(conn: Connection, statement: str, params: dict, lock_base: int) -> list[LostJob]:
+    return [LostJob(*row) for row in conn.execute(statement, {**params, "lock_base": lock_base}).fetchall()]
+
+
+def _recover(
+    conn: Connection, rows: list[LostJob], reasons: dict[int, str | None], settings: Settings, lock_base: int
+) -> Recovered:
     """Release or fail locked rows (and so unlock them). A row named in ``reasons``
     gets that error (None: released); others: claimed -> released, running -> failed
     as ``worker lost``."""
@@ -135,18 +128,16 @@ def _settle(
         else:
             fail.append(row)
             errors.append(reason)
-    settled = Settled(released=len(release))
+    recovered = Recovered(released=len(release))
     if release:
-        claims.release(conn, [Held(r.job_id, r.lease) for r in release], lock_base=lock_base).result()
+        claims.release(conn, release, lock_base=lock_base).result()
     if fail:
         delays = [settings.retry_delay(r.attempt) for r in fail]
-        failures, _ = claims.fail(
-            conn, [Held(r.job_id, r.lease) for r in fail], errors, delays, [0.0] * len(fail), lock_base=lock_base
-        ).result()
-        settled.retried = sum(1 for f in failures if f.status == "pending")
-        settled.dead = sum(1 for f in failures if f.status == "dead")
-    return settled
+        failures, _ = claims.fail(conn, fail, errors, delays, [0.0] * len(fail), lock_base=lock_base).result()
+        recovered.retried = sum(1 for f in failures if f.status == "pending")
+        recovered.dead = sum(1 for f in failures if f.status == "dead")
+    return recovered
 
 
-def _count(conn: Connection, rows: list[Locked], counter: str) -> None:
+def _count(conn: Connection, rows: list[LostJob], counter: str) -> None:
     claims.count_events(conn, counter, [(r.queue, r.type) for r in rows])

@@ -4,8 +4,9 @@ their outcomes and heartbeats, and holds their advisory locks.
 The worker's main thread and its heartbeat thread share it through :meth:`run`,
 which serialises them. When the connection breaks (a database restart, a
 terminated backend) the locks are gone with it: :meth:`run` reconnects with
-backoff, takes again the lock of every job still held and checks its lease, then
-retries the call once, telling it that it is a retry.
+backoff, takes again the lock of every job in the worker's hand and checks its
+lease, then calls again, telling the call that it is a retry, until it goes through
+or the worker stops.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TypeVar
 import psycopg
 
 from jobq import claims, db
-from jobq.claims import Held
+from jobq.claims import Claim
+from jobq.daemon.batch import Hand
 from jobq.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -27,15 +29,16 @@ T = TypeVar("T")
 
 
 class ClaimSession:
-    def __init__(self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event) -> None:
+    def __init__(self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event, hand: Hand) -> None:
         self.url = url
         self.worker_id = worker_id
         self.lock_base = lock_base
         self.stopping = stopping
+        self.hand = hand  # the jobs whose locks this session holds
         self.conn: psycopg.Connection | None = None
+        # Serialises the two threads' calls; held by a caller from a write to the
+        # hand's update, so that the heartbeat never sees a recorded job as still held.
         self.lock = threading.RLock()
-        # Jobs claimed and not yet recorded, with whether this session holds their lock.
-        self.held: dict[int, Held] = {}
 
     def connect(self) -> None:
         """Open the connection, waiting with backoff while the database is down.
@@ -78,19 +81,27 @@ class ClaimSession:
             self.conn.close()
         self.connect()
         assert self.conn is not None
-        lost: set[int] = set()
-        if self.held:
-            lost = claims.relock(self.conn, list(self.held.values()), lock_base=self.lock_base)
-            for job_id, entry in self.held.items():
-                self.held[job_id] = Held(entry.job_id, entry.lease, job_id not in lost)
-        orphans = claims.release_orphans(self.conn, self.worker_id, list(self.held))
+        held = self.hand.held()
+        lost = claims.relock(self.conn, held, lock_base=self.lock_base) if held else set()
+        self.hand.relocked(lost)
+        orphans = claims.release_orphans(self.conn, self.worker_id, [claim.job_id for claim in held])
         log.info(
             "worker.reconnected worker=%s relocked=%s lost=%s orphans_released=%s",
             self.worker_id,
-            len(self.held) - len(lost),
+            len(held) - len(lost),
             ",".join(map(str, sorted(lost))) or "-",
             ",".join(map(str, orphans)) or "-",
         )
+
+    def give_back(self, jobs: list[Claim]) -> None:
+        """Return held jobs that will not run here to pending, no attempt counted, and
+        release their locks."""
+        if not jobs:
+            return
+        with self.lock:
+            given = self.hand.forget(claim.job_id for claim in jobs)
+        self.run(lambda conn, _: claims.release(conn, given, lock_base=self.lock_base).result())
+        log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in given))
 
     def close(self) -> None:
         with self.lock:

@@ -11,11 +11,8 @@ loop, top to bottom::
                    FLUSH_AFTER seconds or with the next claim
     stop asked -> give back claimed jobs, flush, leave
 
-Short jobs are claimed in batches (the size doubles while jobs stay short and drops
-to 1 when one is long), and a job goes from claimed straight to done with its
-started_at; the heartbeat thread marks a job running once it has run DEFER_RUNNING
-seconds, and then hands the rest of its batch back so that no idle worker waits
-behind a long job.
+How batches are sized and split is :mod:`jobq.daemon.batch`; what the worker has in
+hand is its :class:`~jobq.daemon.batch.Hand`, shared with the heartbeat thread.
 """
 
 from __future__ import annotations
@@ -26,21 +23,22 @@ import signal
 import socket
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import psycopg
 
 from jobq import claims, locks
-from jobq.daemon import execution, presence, reports
-from jobq.claims import Claimed, Held
-from jobq.errors import DatabaseUnavailable, SchemaError, UnknownJobType
-from jobq.handlers import registry
-from jobq.daemon.heartbeat import DEFER_RUNNING, Heartbeat
+from jobq.claims import Claim
+from jobq.daemon import batch, execution, presence, reports
+from jobq.daemon.batch import Hand
+from jobq.daemon.heartbeat import Heartbeat
 from jobq.daemon.idle import IdleBoard
 from jobq.daemon.listener import Listener
-from jobq.migrate import check_schema
 from jobq.daemon.session import ClaimSession
+from jobq.daemon.wakeup import SelfPipe
+from jobq.errors import DatabaseUnavailable, SchemaError
+from jobq.handlers import registry
+from jobq.migrate import check_schema
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,7 +47,6 @@ EXIT_OK = 0
 EXIT_BOOT_ERROR = 3
 
 FLUSH_AFTER = 0.005  # seconds an outcome may wait in the buffer while the batch goes on
-SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 
 
@@ -64,19 +61,8 @@ class BootFailure(Exception):
 
 
 @dataclass
-class Running:
-    """The job the main thread is running now."""
-
-    claimed: Claimed
-    held: Held
-    started: float
-    marked: bool = False  # written as running (by the heartbeat thread)
-
-
-@dataclass
 class Outcome:
-    held: Held
-    claimed: Claimed
+    claim: Claim
     result: execution.RunResult
     delay: float = 0.0
     max_retries: int | None = None
@@ -116,12 +102,9 @@ class Worker:
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
-        self.state_lock = threading.Lock()
-        self.batch: deque[Claimed] = deque()
-        self.current: Running | None = None
+        self.hand = Hand()
         self.buffer = Buffer()
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
-        self.jobs_done = 0  # outcomes recorded
         self.batch_size = 1
 
     # -- lifecycle -------------------------------------------------------------------
@@ -146,17 +129,19 @@ class Worker:
             pass  # asked to stop while the database was down: nothing more can be written
         finally:
             self.leave()
-        log.info("worker.exited worker=%s reason=%s jobs=%s", self.worker_id, self.stop_reason, self.jobs_done)
+        log.info("worker.exited worker=%s reason=%s jobs=%s", self.worker_id, self.stop_reason, self.hand.in_hand().recorded)
         return EXIT_OK
 
     def boot(self) -> None:
-        self.install_signals()
+        self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit)
         try:
             registry.load(self.settings.handlers)
         except Exception as exc:  # any error while importing a handler module stops the boot
             raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
         url = self.settings.require_database_url()
-        self.session = ClaimSession(url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping)
+        self.session = ClaimSession(
+            url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, hand=self.hand
+        )
         self.session.connect()
         try:
             self.session.run(lambda conn, _: check_schema(conn))
@@ -167,26 +152,22 @@ class Worker:
         )
         self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
         self.listener.connect()
-        self.heartbeat = Heartbeat(self)
+        self.heartbeat = Heartbeat(
+            self.session,
+            self.hand,
+            worker_id=self.worker_id,
+            queues=self.queues,
+            interval=self.settings.heartbeat_interval,
+            parent_pid=self.parent_pid,
+            orphaned=self.orphaned,
+        )
         self.heartbeat.start()
-
-    def install_signals(self) -> None:
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGTERM, self.handle_stop)
-        signal.signal(signal.SIGINT, self.handle_stop)
-        signal.signal(signal.SIGQUIT, self.handle_quit)
-        for ignored in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
-            signal.signal(ignored, signal.SIG_IGN)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
     def handle_stop(self, signum: int, frame: object) -> None:
         self.request_stop(signal.Signals(signum).name)
 
     def handle_quit(self, signum: int, frame: object) -> None:
-        os._exit(EXIT_OK)  # immediate: the supervisor's maintenance settles our jobs
+        os._exit(EXIT_OK)  # immediate: the supervisor's maintenance recovers our jobs
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming; the running job finishes (signal-safe: only records)."""
@@ -194,15 +175,19 @@ class Worker:
             self.stop_reason = reason
             self.stopping.set()
 
+    def orphaned(self) -> None:
+        """The parent is gone (seen by the heartbeat thread): stop, and wake the loop."""
+        self.request_stop("parent died")
+        self.wakeup.wake()
+
     def leave(self) -> None:
-        with self.state_lock:
-            leftovers, self.batch = list(self.batch), deque()
         try:
-            self.give_back(leftovers)
+            self.session.give_back(self.hand.take_waiting())
             self.exchange(claim=False)
             self.session.run(lambda conn, _: presence.leave(conn, self.worker_id))
         except DatabaseUnavailable:
-            log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, len(self.session.held))
+            unrecorded = len(self.hand.held())
+            log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
         self.heartbeat.stop()
         self.listener.close()
         self.session.close()
@@ -230,54 +215,41 @@ class Worker:
         # for must not keep the others from waking.
         self.board.mark(self.slot, self.listener.listening)
         try:
-            self.listener.wait(timeout, [self.wake_r], lambda jobs: self.board.wakes(self.slot, jobs))
+            self.listener.wait(timeout, [self.wakeup.read_fd], lambda jobs: self.board.wakes(self.slot, jobs))
         finally:
             self.board.mark(self.slot, False)
-        self.drain_wake_pipe()
+        self.wakeup.drain()
         if os.getppid() != self.parent_pid:
             self.request_stop("parent died")
 
-    def run_batch(self, claimed: list[Claimed]) -> None:
-        with self.state_lock:
-            self.batch.extend(claimed)
+    def run_batch(self, claimed: list[Claim]) -> None:
+        self.hand.line_up(claimed)
         all_short = True
-        while True:
-            with self.state_lock:
-                if self.stopping.is_set() or not self.batch:
-                    break
-                job = self.batch.popleft()
-                held = self.session.held[job.job.id]
-                self.current = Running(job, held, time.monotonic())
-            outcome = self.run_one(job, held)
-            with self.state_lock:
-                self.current = None
+        while not self.stopping.is_set() and (claim := self.hand.start_next()) is not None:
+            outcome = self.run_one(claim)
+            self.hand.finished()
             self.buffer.add(outcome)
-            all_short = all_short and outcome.result.seconds < SHORT_JOB
+            all_short = all_short and outcome.result.seconds < batch.SHORT_JOB
             if time.monotonic() - (self.buffer.oldest or 0) >= FLUSH_AFTER:
                 self.exchange(claim=False)
-        with self.state_lock:
-            leftovers, self.batch = list(self.batch), deque()
-        self.give_back(leftovers)
-        self.batch_size = min(self.batch_size * 2, self.settings.claim_batch) if all_short else 1
+        self.session.give_back(self.hand.take_waiting())
+        self.batch_size = batch.next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
 
-    def run_one(self, claimed: Claimed, held: Held) -> Outcome:
-        job = claimed.job
-        try:
-            handler: registry.Handler | None = registry.lookup(job.type)
-        except UnknownJobType:
-            handler = None
+    def run_one(self, claim: Claim) -> Outcome:
+        job = claim.job
+        handler = registry.find(job.type)
         timeout = handler.timeout if handler and handler.timeout else self.settings.job_timeout
-        self.report(reports.Started(job.id, held.lease, time.monotonic() + timeout, timeout))
+        self.report(reports.Started(job.id, claim.lease, time.monotonic() + timeout, timeout))
         self.jobs_run += 1
-        result = execution.run(job)
+        result = execution.run(job, handler)
         if result.ok:
-            return Outcome(held, claimed, result)
+            return Outcome(claim, result)
         delay = self.settings.retry_delay(job.attempt)
-        return Outcome(held, claimed, result, delay, handler.max_retries if handler else None)
+        return Outcome(claim, result, delay, handler.max_retries if handler else None)
 
     # -- talking to the database ---------------------------------------------------------
 
-    def exchange(self, *, claim: bool) -> list[Claimed]:
+    def exchange(self, *, claim: bool) -> list[Claim]:
         """Write the buffered outcomes and, with ``claim``, claim the next batch: one
         round trip (a pipeline), one transaction."""
         done, failed = self.buffer.take()
@@ -287,7 +259,7 @@ class Worker:
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
 
-        def send(conn: psycopg.Connection, retried: bool) -> tuple[set[int], list[claims.Failure], set[int], list[Claimed]]:
+        def send(conn: psycopg.Connection, retried: bool) -> tuple[list[claims.Failure], set[int], list[Claim]]:
             with conn.pipeline():
                 sent_done = self.send_done(conn, done)
                 sent_failed = self.send_failed(conn, failed)
@@ -304,15 +276,14 @@ class Worker:
                 rejected -= self.recorded_before_the_break(conn, done + failed, rejected)
             if rejected:
                 self.count_rejections(conn, done + failed, rejected)
-            return rejected_done, failures, rejected, claimed
+            return failures, rejected, claimed
 
-        # One locked section from the write to forgetting what it recorded, so that the
-        # heartbeat never sees a recorded job as still held.
+        # One locked section from the write to the hand's update, so that the heartbeat
+        # never sees a recorded job as still held.
         with self.session.lock:
-            rejected_done, failures, rejected, claimed = self.session.run(send)
-            self.settle(done, failed, failures, rejected)
-            for job in claimed:
-                self.session.held[job.job.id] = Held(job.job.id, job.job.lease, job.locked)  # type: ignore[arg-type]
+            failures, rejected, claimed = self.session.run(send)
+            self.note_outcomes(done, failed, failures, rejected)
+            self.hand.hold(claimed)
         for job in claimed:
             log.info(
                 "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
@@ -321,7 +292,7 @@ class Worker:
         unlocked = [job for job in claimed if not job.locked]
         if unlocked:
             # Another session holds the job's lock: never run it here.
-            self.give_back(unlocked)
+            self.session.give_back(unlocked)
             claimed = [job for job in claimed if job.locked]
         return claimed
 
@@ -330,7 +301,7 @@ class Worker:
             return None
         return claims.complete(
             conn,
-            self.current_holds(done),
+            self.presented(done),
             [o.result.result_json for o in done],  # type: ignore[misc]
             [o.result.seconds for o in done],
             lock_base=self.lock_base,
@@ -343,7 +314,7 @@ class Worker:
             return None
         return claims.fail(
             conn,
-            self.current_holds(failed),
+            self.presented(failed),
             [o.result.error for o in failed],  # type: ignore[misc]
             [o.delay for o in failed],
             [o.result.seconds for o in failed],
@@ -351,34 +322,32 @@ class Worker:
             lock_base=self.lock_base,
         )
 
-    def current_holds(self, outcomes: list[Outcome]) -> list[Held]:
-        """What to present for each outcome: after a reconnect, whether we hold the lock
-        again is what the session's re-lock found."""
-        return [self.session.held.get(o.held.job_id, o.held) for o in outcomes]
+    def presented(self, outcomes: list[Outcome]) -> list[Claim]:
+        return [self.hand.presented(o.claim) for o in outcomes]
 
     def recorded_before_the_break(self, conn: psycopg.Connection, outcomes: list[Outcome], ids: set[int]) -> set[int]:
         """Of writes rejected on a retry, those our first try had in fact committed."""
-        return claims.finished_under_lease(conn, [o.held for o in outcomes if o.held.job_id in ids])
+        return claims.finished_under_lease(conn, [o.claim for o in outcomes if o.claim.job_id in ids])
 
     def count_rejections(self, conn: psycopg.Connection, outcomes: list[Outcome], rejected: set[int]) -> None:
-        jobs = [(o.claimed.job.queue, o.claimed.job.type) for o in outcomes if o.held.job_id in rejected]
+        jobs = [(o.claim.job.queue, o.claim.job.type) for o in outcomes if o.claim.job_id in rejected]
         claims.count_events(conn, claims.STALE_LEASE_COUNTER, jobs)
 
-    def settle(
+    def note_outcomes(
         self, done: list[Outcome], failed: list[Outcome], failures: list[claims.Failure], rejected: set[int]
     ) -> None:
-        """Forget recorded jobs and log each outcome."""
+        """Let go of the jobs whose outcomes were written, and log each outcome."""
+        outcomes = done + failed
+        self.hand.forget((o.claim.job_id for o in outcomes), recorded=len(outcomes) - len(rejected))
         fates = {f.job_id: f for f in failures}
-        for o in done + failed:
-            job = o.claimed.job
-            self.session.held.pop(job.id, None)
+        for o in outcomes:
+            job = o.claim.job
             if job.id in rejected:
                 log.warning(
                     "job.stale_lease_rejected id=%s type=%s queue=%s attempt=%s worker=%s lease=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.held.lease,
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.claim.lease,
                 )
                 continue
-            self.jobs_done += 1
             fate = fates.get(job.id)
             if fate is None:
                 log.info(
@@ -396,15 +365,6 @@ class Worker:
                     job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.error_kind,
                 )
 
-    def give_back(self, jobs: list[Claimed]) -> None:
-        """Return claimed jobs that will not run here to pending, no attempt counted."""
-        if not jobs:
-            return
-        with self.session.lock:
-            held = [self.session.held.pop(job.job.id) for job in jobs]
-        self.session.run(lambda conn, _: claims.release(conn, held, lock_base=self.lock_base).result())
-        log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(h.job_id) for h in held))
-
     # -- the supervisor's pipe -----------------------------------------------------------
 
     def report(self, message: reports.Message) -> None:
@@ -414,17 +374,3 @@ class Worker:
             log.warning("worker.report_dropped worker=%s: the supervisor is not reading", self.worker_id)
         except OSError:
             pass  # the supervisor is gone; the parent check stops us
-
-    def wake(self) -> None:
-        """Interrupt the main thread's idle wait (from another thread)."""
-        try:
-            os.write(self.wake_w, b"!")
-        except BlockingIOError:
-            pass  # already full of wake-ups
-
-    def drain_wake_pipe(self) -> None:
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass

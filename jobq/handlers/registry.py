@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from jobq.errors import InvalidArgument, UnknownJobType
+from jobq.errors import InvalidArgument
 from jobq.job import Job
 
 HandlerFunc = Callable[[Job], Any]
@@ -56,12 +56,9 @@ def register(
     return decorate
 
 
-def lookup(name: str) -> Handler:
-    """The handler for a job type. Raises :class:`UnknownJobType`."""
-    try:
-        return _handlers[name]
-    except KeyError:
-        raise UnknownJobType(name) from None
+def find(name: str) -> Handler | None:
+    """The handler registered for a job type, None when there is none."""
+    return _handlers.get(name)
 
 
 def load(modules: Iterable[str]) -> None:
