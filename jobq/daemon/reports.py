@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 from dataclasses import dataclass
 
 PIPE_SIZE = 1 << 20  # room for seconds of per-job reports between two supervisor reads
@@ -48,6 +49,21 @@ class Gone:
     kind: str  # crash | timeout | shutdown
     timeout: float
     detail: str
+
+    @classmethod
+    def of(cls, worker_id: str, running: Started | None, kind: str, status: int) -> Gone:
+        """The report of a worker that exited with wait ``status`` while it ran ``running``."""
+        if running is None:
+            return cls(worker_id, 0, 0, kind, 0.0, describe_exit(status))
+        return cls(worker_id, running.job_id, running.lease, kind, running.timeout, describe_exit(status))
+
+
+def describe_exit(status: int) -> str:
+    """A wait status in words: ``exit code 1``, ``killed by signal 9 (SIGKILL)``."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"killed by signal {-code} ({signal.Signals(-code).name})"
+    return f"exit code {code}"
 
 
 Message = Started | Idle | BootError | Gone

@@ -1,0 +1,224 @@
+"""The supervisor's decisions, in process: spawn, reap, murder, manage, stop.
+
+As Gunicorn tests its arbiter, fork, waitpid and kill are replaced by a fake
+(:class:`FakeSystem`) that hands out pids and lets the test say which child exits
+how. Nothing here forks or touches a database: what a worker or the maintenance
+process then does is tested end to end in test_daemon_*.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from jobq.daemon import reports
+from jobq.daemon.processes import MaintenanceProcess, System
+from jobq.daemon.supervisor import EXIT_HALTED, Halt, Supervisor
+from jobq.daemon.wakeup import SelfPipe
+from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK
+from jobq.settings import Settings
+
+pytestmark = [pytest.mark.unit, pytest.mark.daemon]
+
+KILLED = signal.SIGKILL  # a wait status of a process killed by a signal is the signal's number
+
+
+def exited(code: int) -> int:
+    """The wait status of a process that exited with ``code``."""
+    return code << 8
+
+
+class FakeSystem(System):
+    """Children that do what they are told: TERM makes a worker exit cleanly (as a
+    worker does after its job), KILL kills it; the test adds other exits."""
+
+    def __init__(self) -> None:
+        self.next_pid = 1000
+        self.exits: list[tuple[int, int]] = []  # (pid, wait status), reaped in order
+        self.sent: list[tuple[int, int]] = []  # (pid, signal)
+        self.forked: list[int] = []
+
+    def fork(self) -> int:
+        self.next_pid += 1
+        self.forked.append(self.next_pid)
+        return self.next_pid
+
+    def waitpid(self, pid: int, options: int) -> tuple[int, int]:
+        for i, (child, status) in enumerate(self.exits):
+            if pid in (-1, child):
+                return self.exits.pop(i)
+        if not options & os.WNOHANG:
+            raise AssertionError(f"a blocking wait for {pid}, which will never exit")
+        return 0, 0
+
+    def set_process_group(self, pid: int) -> None:
+        pass
+
+    def kill(self, pid: int, signum: int, *, group: bool = False) -> None:
+        self.sent.append((pid, signum))
+        if signum == signal.SIGKILL:
+            self.exit(pid, KILLED)
+        elif signum == signal.SIGTERM:
+            self.exit(pid, exited(EXIT_OK))
+
+    def exit(self, pid: int, status: int) -> None:
+        if all(child != pid for child, _ in self.exits):
+            self.exits.append((pid, status))
+
+
+@pytest.fixture
+def system() -> FakeSystem:
+    return FakeSystem()
+
+
+@pytest.fixture
+def supervisor(system: FakeSystem):
+    """A supervisor of 3 workers whose maintenance process's pipe the test reads."""
+    sup = Supervisor(Settings.from_env({}, concurrency=3, graceful_timeout=5), system)
+    sup.wakeup = SelfPipe()
+    sup.spawn_maintenance()
+    read_fd, write_fd = reports.report_pipe()
+    os.close(sup.maintenance.fd)  # the fake child never reads it: the test does
+    sup.maintenance = MaintenanceProcess(sup.maintenance.pid, write_fd)
+    sup.told = reports.Reader(read_fd)
+    yield sup
+    for proc in sup.workers.values():
+        os.close(proc.reader.fd)
+    os.close(read_fd)
+    if sup.maintenance is not None:
+        os.close(sup.maintenance.fd)
+
+
+def gone_reports(sup: Supervisor) -> list[reports.Gone]:
+    messages, _ = sup.told.read()
+    return [m for m in messages if isinstance(m, reports.Gone)]
+
+
+def running(job_id: int, *, deadline_in: float, timeout: float = 60.0) -> reports.Started:
+    return reports.Started(job_id, job_id * 10, time.monotonic() + deadline_in, timeout)
+
+
+def test_manage_spawns_the_configured_number_of_workers_each_in_its_own_slot(supervisor, system):
+    supervisor.manage_workers()
+    assert len(supervisor.workers) == 3
+    assert sorted(proc.slot for proc in supervisor.workers.values()) == [0, 1, 2]
+    supervisor.manage_workers()
+    assert len(supervisor.workers) == 3  # holds the count, spawns no more
+
+
+def test_a_worker_that_dies_is_replaced_and_maintenance_is_told_its_running_job(supervisor, system):
+    supervisor.manage_workers()
+    pid, proc = next(iter(supervisor.workers.items()))
+    proc.spawned -= 60  # long after its spawn: a crash, not a crash loop
+    proc.current = running(7, deadline_in=60)
+    system.exit(pid, KILLED)
+    supervisor.reap_workers()
+    supervisor.manage_workers()
+    assert pid not in supervisor.workers and len(supervisor.workers) == 3
+    (gone,) = gone_reports(supervisor)
+    assert (gone.worker_id, gone.job_id, gone.lease, gone.kind) == (proc.worker_id, 7, 70, "crash")
+    assert gone.detail == "killed by signal 9 (SIGKILL)"
+
+
+def test_a_replacement_takes_the_slot_its_predecessor_freed(supervisor, system):
+    supervisor.manage_workers()
+    pid, proc = next(iter(supervisor.workers.items()))
+    proc.spawned -= 60
+    system.exit(pid, exited(EXIT_OK))
+    supervisor.reap_workers()
+    supervisor.manage_workers()
+    assert sorted(p.slot for p in supervisor.workers.values()) == [0, 1, 2]
+    (gone,) = gone_reports(supervisor)
+    assert (gone.job_id, gone.kind, gone.detail) == (0, "shutdown", "exit code 0")
+
+
+def test_murder_kills_a_worker_past_its_jobs_deadline_as_a_timeout(supervisor, system):
+    supervisor.manage_workers()
+    late, on_time = list(supervisor.workers)[:2]
+    supervisor.workers[late].current = running(5, deadline_in=-0.1, timeout=2)
+    supervisor.workers[on_time].current = running(6, deadline_in=60)
+    supervisor.murder_workers()
+    assert system.sent == [(late, signal.SIGKILL)]
+    supervisor.murder_workers()
+    assert system.sent == [(late, signal.SIGKILL)]  # killed once, for its first reason
+    supervisor.reap_workers()
+    (gone,) = gone_reports(supervisor)
+    assert (gone.job_id, gone.kind, gone.timeout) == (5, "timeout", 2.0)
+
+
+def test_a_retired_worker_past_the_graceful_timeout_is_killed_as_a_shutdown(supervisor, system):
+    supervisor.manage_workers()
+    pid, proc = next(iter(supervisor.workers.items()))
+    proc.current = running(8, deadline_in=60)
+    system.kill = lambda p, s, group=False: system.sent.append((p, s))  # TERM ignored: a long job
+    supervisor.retire(proc)
+    assert system.sent == [(pid, signal.SIGTERM)]
+    supervisor.murder_workers()
+    assert proc.kill_kind is None  # within the graceful timeout
+    proc.retire_deadline = time.monotonic() - 0.1
+    supervisor.murder_workers()
+    assert proc.kill_kind == "shutdown" and system.sent[-1] == (pid, signal.SIGKILL)
+
+
+def test_a_worker_that_cannot_boot_halts_the_supervisor(supervisor, system):
+    supervisor.manage_workers()
+    pid, proc = next(iter(supervisor.workers.items()))
+    proc.boot_error = "cannot import handler modules ('missing',)"
+    system.exit(pid, exited(EXIT_BOOT_ERROR))
+    with pytest.raises(Halt) as halted:
+        supervisor.reap_workers()
+    assert halted.value.code == EXIT_HALTED and "missing" in halted.value.reason
+
+
+def test_workers_that_die_right_after_their_spawn_are_respawned_one_at_a_time_with_backoff(supervisor, system):
+    supervisor.manage_workers()
+    for pid in list(supervisor.workers):
+        system.exit(pid, exited(1))
+    supervisor.reap_workers()
+    supervisor.manage_workers()
+    assert supervisor.workers == {}  # backing off
+    assert supervisor.crash_loop.delay == 2.0  # 0.5, 1, 2: doubled per crash
+    supervisor.crash_loop.respawn_after = 0.0  # the wait is over
+    supervisor.manage_workers()
+    assert len(supervisor.workers) == 1  # one at a time while crashes continue
+
+
+def test_ttou_retires_the_oldest_worker_and_ttin_adds_one(supervisor, system):
+    supervisor.manage_workers()
+    oldest = min(supervisor.workers.values(), key=lambda p: p.spawned)
+    supervisor.dispatch(signal.SIGTTOU)
+    supervisor.manage_workers()
+    assert system.sent == [(oldest.pid, signal.SIGTERM)] and oldest.retiring
+    supervisor.dispatch(signal.SIGTTIN)
+    supervisor.manage_workers()
+    assert sum(not p.retiring for p in supervisor.workers.values()) == 3
+
+
+def test_hup_retires_every_worker_and_spawns_their_replacements(supervisor, system):
+    supervisor.manage_workers()
+    old = set(supervisor.workers)
+    supervisor.dispatch(signal.SIGHUP)
+    assert {pid for pid, s in system.sent if s == signal.SIGTERM} == old
+    assert len([p for p in supervisor.workers.values() if not p.retiring]) == 3
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_term_and_int_stop_gracefully_then_stop_maintenance(supervisor, system, signum):
+    supervisor.manage_workers()
+    workers, maintenance = set(supervisor.workers), supervisor.maintenance.pid
+    assert supervisor.dispatch(signum) == EXIT_OK
+    assert supervisor.workers == {} and supervisor.stopping
+    assert [pid for pid, _ in system.sent] == [*workers, maintenance]
+    assert all(s == signal.SIGTERM for _, s in system.sent)
+    assert {g.kind for g in gone_reports(supervisor)} == {"shutdown"}
+
+
+def test_quit_kills_every_worker_at_once(supervisor, system):
+    supervisor.manage_workers()
+    workers = set(supervisor.workers)
+    assert supervisor.dispatch(signal.SIGQUIT) == EXIT_OK
+    assert {pid for pid, s in system.sent if s == signal.SIGKILL} == workers
+    assert len(gone_reports(supervisor)) == 3
