@@ -196,9 +196,17 @@ JOB_COMPLETE_IF_LEASED = (
     "FROM o LEFT JOIN done ON done.id = o.id"
 )
 
+# The failures a job's row recorded after its dead letter was written: a dead job put
+# back to pending by hand (SQL) that dies again adds them to its dead letter.
+_FAILURES_SINCE_DEATH = (
+    "coalesce((SELECT jsonb_agg(e) FROM jsonb_array_elements(excluded.errors) AS e "
+    "WHERE (e->>'at')::timestamptz > d.died_at), '[]'::jsonb)"
+)
+
 # JOB_FAIL_IF_LEASED: claimed|running -> pending (attempt + 1, run_at pushed by the
 # given delay) while attempt < max_retries, else -> dead with its copy inserted into
-# dead_letter_jobs by the same statement (unique on original_id: never twice). Guarded
+# dead_letter_jobs by the same statement (unique on original_id: never twice; a job that
+# dies again after an operator re-queued it by hand updates its dead letter). Guarded
 # by lease and status; releases the advisory locks of the batch. ``max_retries`` entries
 # that are not NULL override the row's (a handler's own limit).
 JOB_FAIL_IF_LEASED = (
@@ -218,10 +226,14 @@ JOB_FAIL_IF_LEASED = (
     "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
     "RETURNING j.id, j.type, j.queue, j.payload, j.priority, j.max_retries, j.error, j.attempt, "
     "j.errors, j.worker_id, j.status, j.run_at), "
-    "dead AS (INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, "
+    "dead AS (INSERT INTO dead_letter_jobs AS d (original_id, type, queue, payload, priority, max_retries, "
     "error, attempts, errors, worker_id) "
     "SELECT id, type, queue, payload, priority, max_retries, error, attempt + 1, errors, worker_id "
-    "FROM failed WHERE status = 'dead' RETURNING original_id) "
+    "FROM failed WHERE status = 'dead' "
+    "ON CONFLICT (original_id) DO UPDATE SET error = excluded.error, worker_id = excluded.worker_id, "
+    "died_at = now(), attempts = d.attempts + jsonb_array_length(" + _FAILURES_SINCE_DEATH + "), "
+    "errors = d.errors || " + _FAILURES_SINCE_DEATH + " "
+    "RETURNING original_id) "
     "SELECT o.id, failed.status, failed.attempt, failed.run_at, "
     "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
     "FROM o LEFT JOIN failed ON failed.id = o.id"

@@ -55,3 +55,14 @@ def test_list_dead_filters_by_type_and_paginates(conn):
     assert page.total == 4 and len(page.items) == 2
     everything = jobq.list_dead(conn=conn).items
     assert [row.id for row in everything] == sorted((row.id for row in everything), reverse=True)
+
+
+def test_a_dead_job_requeued_by_hand_that_dies_again_updates_its_dead_letter(conn, dead):
+    # what operators do: put the dead job back with SQL, with or without a fresh attempt count
+    conn.execute("UPDATE jobs SET status = 'pending', attempt = 0, run_at = now() WHERE id = %s", (dead.original_id,))
+    drain(conn, queues=["mail"])
+    (row,) = jobq.list_dead(conn=conn).items
+    assert row.id == dead.id and row.original_id == dead.original_id
+    assert row.attempts == 2 and len(row.errors) == 2
+    assert row.died_at > dead.died_at and row.error == jobq.get(dead.original_id, conn=conn).error
+    assert jobq.get(dead.original_id, conn=conn).status == "dead"
