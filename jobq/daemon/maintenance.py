@@ -20,10 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import psycopg
 
-from jobq import db, locks, metrics_samples, queries, retention
+from jobq import claims, db, locks, metrics_samples, queries, retention
 from jobq.daemon import presence, reaper, reports
 from jobq.daemon.wakeup import SelfPipe
 from jobq.db import Connection
@@ -32,11 +33,15 @@ from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 RECOVER_RETRY = 0.05  # seconds between two tries at a dead worker's locks
 RECOVER_PATIENCE = 30.0  # after this, a dead worker's jobs are left to the stale reaper
 STOP_PATIENCE = 5.0  # at shutdown, how long pending recoveries may still take
 RETENTION_BUDGET = 1.0  # seconds of deleting per leader pass; the rest waits for the next one
 SAMPLE_INTERVAL = 5.0  # seconds between two samples of the totals (trailing-window rates)
+ERROR_COUNTER = "maintenance_errors_total"  # counted under queue '' and the duty's name as type
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable)
 
 
 @dataclass
@@ -128,9 +133,24 @@ class Maintenance:
             if lead and time.monotonic() >= self.next_lead:
                 self.lead()
                 self.next_lead = time.monotonic() + min(self.settings.reaper_interval, SAMPLE_INTERVAL)
-        except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable) as exc:
+        except CONNECTION_ERRORS as exc:
             log.warning("maintenance.db_error error=%s", db.first_line(exc))
             self.disconnect()
+
+    def run_duty(self, name: str, run_once: Callable[[Connection], T]) -> T | None:
+        """One pass of a duty; None if it failed. Any error but a lost connection is
+        logged with the duty's name and counted (maintenance_errors_total), and the duty
+        runs again next pass: one duty's trouble never ends the process or keeps the
+        others from running."""
+        assert self.conn is not None
+        try:
+            return run_once(self.conn)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception as exc:
+            log.error("maintenance.duty_failed duty=%s error=%s: %s", name, type(exc).__name__, db.first_line(exc))
+            claims.count_events(self.conn, ERROR_COUNTER, [("", name)])
+            return None
 
     def connect(self) -> bool:
         if time.monotonic() < self.next_connect:
@@ -153,28 +173,28 @@ class Maintenance:
             log.info("maintenance.leadership_lost")
         self.leader = False
 
-    def recover_pending(self) -> int:
+    def recover_pending(self) -> None:
         """Recover the jobs of the dead workers reported so far, where their locks are
-        free; returns how many jobs changed."""
-        assert self.conn is not None
-        still, changed = [], 0
+        free; a worker whose jobs stay locked (or fail) past RECOVER_PATIENCE is left to
+        the stale reaper."""
+        still = []
         for entry in self.pending:
             gone = entry.gone
-            recovered = reaper.recover_worker(self.conn, self.settings, self.lock_base, gone)
-            changed += recovered.changed
-            if not recovered.busy:
-                presence.leave(self.conn, gone.worker_id)  # its row, if it could not remove it itself
-                continue
             if time.monotonic() - entry.since > RECOVER_PATIENCE:
                 log.warning(
-                    "maintenance.recover_gave_up worker=%s jobs=%s: their locks are still held; the stale reaper "
-                    "will take them once their session ends",
-                    gone.worker_id, recovered.busy,
+                    "maintenance.recover_gave_up worker=%s: its jobs are still locked; the stale reaper will take "
+                    "them once their session ends",
+                    gone.worker_id,
                 )
+                continue
+            recovered = self.run_duty(
+                "recover", lambda conn: reaper.recover_worker(conn, self.settings, self.lock_base, gone)
+            )
+            if recovered is not None and not recovered.busy:
+                self.run_duty("recover", lambda conn: presence.leave(conn, gone.worker_id))  # if it could not itself
                 continue
             still.append(entry)
         self.pending = still
-        return changed
 
     def lead(self) -> None:
         """Cluster-wide duties, only under the leader lock, each on its own interval."""
@@ -187,7 +207,7 @@ class Maintenance:
         now = time.monotonic()
         for duty in self.duties:
             if now >= duty.next_at:
-                duty.run_once(self.conn)
+                self.run_duty(duty.name, duty.run_once)
                 duty.next_at = now + duty.every
 
     def reap_once(self, conn: Connection) -> int:
