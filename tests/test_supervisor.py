@@ -173,17 +173,35 @@ def test_a_worker_that_cannot_boot_halts_the_supervisor(supervisor, system):
     assert halted.value.code == EXIT_HALTED and "missing" in halted.value.reason
 
 
-def test_workers_that_die_right_after_their_spawn_are_respawned_one_at_a_time_with_backoff(supervisor, system):
+def test_workers_that_die_idle_right_after_their_spawn_back_off_per_slot(supervisor, system):
     supervisor.manage_workers()
-    for pid in list(supervisor.workers):
-        system.exit(pid, exited(1))
+    first, *others = supervisor.workers.values()
+    system.exit(first.pid, exited(1))
     supervisor.reap_workers()
     supervisor.manage_workers()
-    assert supervisor.workers == {}  # backing off
-    assert supervisor.crash_loop.delay == 2.0  # 0.5, 1, 2: doubled per crash
-    supervisor.crash_loop.respawn_after = 0.0  # the wait is over
+    assert list(supervisor.workers.values()) == others  # its slot waits; the others go on
+    assert supervisor.respawns.waiting() == {first.slot}
+    for _ in range(2):  # crashes again as soon as it is back: the wait doubles
+        supervisor.respawns._until[first.slot] = 0.0
+        supervisor.manage_workers()
+        (again,) = [p for p in supervisor.workers.values() if p.slot == first.slot]
+        system.exit(again.pid, exited(1))
+        supervisor.reap_workers()
+    assert supervisor.respawns._delay[first.slot] == 2.0  # 0.5, 1, 2
     supervisor.manage_workers()
-    assert len(supervisor.workers) == 1  # one at a time while crashes continue
+    assert len(supervisor.workers) == 2
+
+
+def test_a_worker_killed_by_its_job_is_replaced_at_once_however_often(supervisor, system):
+    supervisor.manage_workers()
+    for job_id in range(5):  # a poison job kills every worker that runs it
+        proc = next(iter(supervisor.workers.values()))
+        proc.current = running(job_id, deadline_in=60)
+        system.exit(proc.pid, KILLED)
+        supervisor.reap_workers()
+        supervisor.manage_workers()
+        assert len(supervisor.workers) == 3 and supervisor.respawns.waiting() == set()
+    assert [g.kind for g in gone_reports(supervisor)] == ["crash"] * 5
 
 
 def test_ttou_retires_the_oldest_worker_and_ttin_adds_one(supervisor, system):

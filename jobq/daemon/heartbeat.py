@@ -3,9 +3,11 @@
 Every HEARTBEAT tick it keeps the worker's row in ``workers`` and its in-flight jobs'
 ``heartbeat_at`` fresh, on the claim session, also while the main thread is inside
 a CPU-bound handler (pure Python gives up the interpreter every few milliseconds).
-Every TICK it checks that the parent supervisor is alive, and applies the batch's
-long-job rule (:meth:`jobq.daemon.batch.Hand.overdue`): the running job is marked
-running and the jobs waiting behind it are given back.
+Every TICK it checks that the parent supervisor is alive, writes the outcomes that
+have waited too long while the main thread runs a handler
+(:mod:`jobq.daemon.outcomes`), and applies the batch's long-job rule
+(:meth:`jobq.daemon.batch.Hand.overdue`): the outcomes waiting are written, the
+running job is marked running, and the jobs waiting behind it are given back.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from jobq import claims
 from jobq.daemon import presence
 from jobq.daemon.batch import Hand
+from jobq.daemon.outcomes import Outcomes
 from jobq.daemon.session import ClaimSession
 from jobq.errors import DatabaseUnavailable
 
@@ -33,6 +36,7 @@ class Heartbeat(threading.Thread):
         self,
         session: ClaimSession,
         hand: Hand,
+        outcomes: Outcomes,
         *,
         worker_id: str,
         queues: Sequence[str],
@@ -44,6 +48,7 @@ class Heartbeat(threading.Thread):
         super().__init__(name="jobq-heartbeat", daemon=True)
         self.session = session
         self.hand = hand
+        self.outcomes = outcomes
         self.worker_id = worker_id
         self.queues = list(queues)
         self.interval = interval
@@ -57,6 +62,8 @@ class Heartbeat(threading.Thread):
             try:
                 if os.getppid() != self.parent_pid:
                     self.orphaned()
+                if self.outcomes.due():
+                    self.outcomes.write(self.session)
                 self.mark_long_job()
                 if time.monotonic() >= next_beat:
                     self.beat()
@@ -85,5 +92,6 @@ class Heartbeat(threading.Thread):
         overdue = self.hand.overdue()
         if overdue is None:
             return
+        self.outcomes.write(self.session)  # what finished before it is recorded first
         self.session.run(lambda conn, _: claims.start(conn, [overdue.claim], [overdue.elapsed]).result())
         self.session.give_back(overdue.waiting)

@@ -3,6 +3,7 @@ them (:class:`System`, which the supervisor's in-process tests replace)."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -47,12 +48,20 @@ class System:
             pass
 
 
-def become_child(body: Callable[[], int], *, signals: Iterable[int], inherited_fds: Iterable[int]) -> NoReturn:
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def become_child(
+    body: Callable[[], int], *, signals: Iterable[int], inherited_fds: Iterable[int], die_with: int | None = None
+) -> NoReturn:
     """In a forked child: a process group of its own (killing it kills what its handlers
     started), the default handlers of ``signals``, none of the supervisor's pipes; run
-    ``body`` and exit with its code without running the parent's exit handlers."""
+    ``body`` and exit with its code without running the parent's exit handlers. With
+    ``die_with`` (the parent's pid), the child is killed as soon as that parent dies."""
     code = 1
     try:
+        if die_with is not None:
+            die_with_parent(die_with)
         os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)
         for signum in signals:
@@ -68,28 +77,50 @@ def become_child(body: Callable[[], int], *, signals: Iterable[int], inherited_f
         os._exit(code)
 
 
-class CrashLoop:
-    """Workers that die soon after their spawn double the wait before the next spawn
-    (one at a time): a crash loop backs off, and says so; it never spins."""
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux's
+    PR_SET_PDEATHSIG): a worker whose supervisor is gone must not run its job past the
+    timeout the supervisor enforced. Its session closes with it, and the stale reaper
+    takes the job back with an attempt, as for a lost host. Elsewhere (no prctl), the
+    worker's own parent check is the fallback."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Respawns:
+    """When each slot of the pool may have a worker again.
+
+    A worker that dies without a job soon after its spawn (it could not boot, or died
+    idle) doubles the wait before its slot is filled again: a crash loop backs off, and
+    says so; it never spins. The wait is per slot, never the whole pool. A worker that
+    dies while running a job is replaced at once: the job is charged an attempt (and
+    goes dead after its retries), not the pool.
+    """
 
     def __init__(self) -> None:
-        self.delay = 0.0
-        self.respawn_after = 0.0
+        self._delay: dict[int, float] = {}
+        self._until: dict[int, float] = {}
 
-    def crashed(self, spawned: float) -> None:
-        """A worker spawned at ``spawned`` (monotonic) died on its own."""
-        if time.monotonic() - spawned < CRASH_WINDOW:
-            self.delay = min(max(self.delay * 2, 0.5), CRASH_BACKOFF_MAX)
-            self.respawn_after = time.monotonic() + self.delay
-            log.warning("supervisor.crash_loop respawn_in=%.1fs", self.delay)
-        else:
-            self.delay = 0.0
+    def died(self, slot: int, *, spawned: float, running_job: bool) -> None:
+        """The worker of ``slot``, spawned at ``spawned`` (monotonic), died on its own."""
+        now = time.monotonic()
+        if running_job or now - spawned >= CRASH_WINDOW:
+            self._delay.pop(slot, None)
+            self._until.pop(slot, None)
+            return
+        delay = min(max(self._delay.get(slot, 0.0) * 2, 0.5), CRASH_BACKOFF_MAX)
+        self._delay[slot], self._until[slot] = delay, now + delay
+        log.warning("supervisor.crash_loop slot=%s respawn_in=%.1fs", slot, delay)
 
-    def spawns_allowed(self, missing: int) -> int:
-        """How many of ``missing`` workers may be spawned now."""
-        if missing <= 0 or time.monotonic() < self.respawn_after:
-            return 0
-        return missing if self.delay == 0 else 1
+    def waiting(self) -> set[int]:
+        """The slots whose wait is not over."""
+        now = time.monotonic()
+        return {slot for slot, until in self._until.items() if until > now}
 
 
 @dataclass

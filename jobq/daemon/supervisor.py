@@ -26,9 +26,9 @@ import time
 from jobq.daemon import reports
 from jobq.daemon.idle import IdleBoard
 from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
-from jobq.daemon.processes import CrashLoop, MaintenanceProcess, System, WorkerProcess, become_child
+from jobq.daemon.processes import MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
+from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_DATABASE_ERROR, EXIT_OK, Worker, worker_name
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class Supervisor:
         self.signals: list[int] = []
         self.wakeup: SelfPipe | None = None
         self.stopping = False
-        self.crash_loop = CrashLoop()
+        self.respawns = Respawns()
         self.idle_board = IdleBoard()  # shared with every worker forked from here
 
     # -- the loop ----------------------------------------------------------------------
@@ -140,26 +140,27 @@ class Supervisor:
 
     # -- the verbs ---------------------------------------------------------------------
 
-    def spawn_worker(self) -> None:
+    def spawn_worker(self, slot: int) -> None:
         token = secrets.token_hex(3)
         read_fd, write_fd = reports.report_pipe()
-        slot = self.free_slot()
         self.idle_board.mark(slot, False)
         worker = Worker(self.settings, token, write_fd, self.idle_board, slot)
+        supervisor_pid = os.getpid()
         pid = self.system.fork()
         if pid == 0:
             os.close(read_fd)
-            become_child(worker.run, signals=SIGNALS, inherited_fds=self.inherited_fds())
+            become_child(worker.run, signals=SIGNALS, inherited_fds=self.inherited_fds(), die_with=supervisor_pid)
         os.close(write_fd)
         self.system.set_process_group(pid)
         worker_id = worker_name(self.hostname, pid, token)
         self.workers[pid] = WorkerProcess(pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot)
         log.info("supervisor.spawned worker=%s", worker_id)
 
-    def free_slot(self) -> int:
-        """The lowest slot of the idle board no live worker holds."""
-        taken = {proc.slot for proc in self.workers.values()}
-        return next(slot for slot in range(self.idle_board.slots) if slot not in taken)
+    def free_slots(self, n: int) -> list[int]:
+        """The ``n`` lowest slots of the idle board that no live worker holds and whose
+        respawn wait is over."""
+        taken = {proc.slot for proc in self.workers.values()} | self.respawns.waiting()
+        return [slot for slot in range(self.idle_board.slots) if slot not in taken][:n]
 
     def spawn_maintenance(self) -> None:
         read_fd, write_fd = reports.report_pipe()
@@ -211,11 +212,14 @@ class Supervisor:
         code = os.waitstatus_to_exitcode(status)
         if code == EXIT_BOOT_ERROR and proc.boot_error is not None and not self.stopping:
             raise Halt(f"worker failed to boot: {proc.boot_error}")
-        kind = proc.kill_kind or ("shutdown" if code == EXIT_OK else "crash")
+        # A worker that left on a database error ran no job into its death: what it held
+        # goes back as at a shutdown, and its slot backs off like a crash loop's.
+        kind = proc.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
         gone = reports.Gone.of(proc.worker_id, proc.current, kind, status)
-        if kind == "crash":
+        if kind == "crash" or code == EXIT_DATABASE_ERROR:
             log.error("supervisor.worker_died worker=%s %s job=%s", proc.worker_id, gone.detail, gone.job_id or "-")
-            self.crash_loop.crashed(proc.spawned)
+            running_job = proc.current is not None and code != EXIT_DATABASE_ERROR
+            self.respawns.died(proc.slot, spawned=proc.spawned, running_job=running_job)
         else:
             log.info("supervisor.worker_exited worker=%s %s kind=%s", proc.worker_id, gone.detail, kind)
         self.tell_maintenance(gone)
@@ -255,14 +259,16 @@ class Supervisor:
         self.system.kill(proc.pid, signal.SIGTERM)
 
     def manage_workers(self) -> None:
-        """Hold the number of (non-retiring) workers at ``num_workers``."""
+        """Hold the number of (non-retiring) workers at ``num_workers``, less the slots
+        waiting out a crash loop."""
         if self.stopping:
             return
         active = sorted((p for p in self.workers.values() if not p.retiring), key=lambda p: p.spawned)
         for proc in active[: max(0, len(active) - self.num_workers)]:
             self.retire(proc)
-        for _ in range(self.crash_loop.spawns_allowed(self.num_workers - len(active))):
-            self.spawn_worker()
+        missing = self.num_workers - len(active) - len(self.respawns.waiting())
+        for slot in self.free_slots(max(0, missing)):
+            self.spawn_worker(slot)
 
     def manage_maintenance(self) -> None:
         if not self.stopping and self.maintenance is None:

@@ -7,12 +7,15 @@ loop, top to bottom::
 
     exchange: write the buffered outcomes and claim the next batch, one round trip
     nothing claimed -> report idle, wait (notification, poll interval, next run_at)
-    run the batch: one job at a time, outcome into the buffer, flushed within
-                   FLUSH_AFTER seconds or with the next claim
+    run the batch: one job at a time, outcome into the buffer, written within
+                   FLUSH_AFTER seconds (by this thread or the heartbeat) or with
+                   the next claim
     stop asked -> give back claimed jobs, flush, leave
 
-How batches are sized and split is :mod:`jobq.daemon.batch`; what the worker has in
-hand is its :class:`~jobq.daemon.batch.Hand`, shared with the heartbeat thread.
+How batches are sized and split is :mod:`jobq.daemon.batch`, and how outcomes wait
+and are written :mod:`jobq.daemon.outcomes`; what the worker has in hand (its
+:class:`~jobq.daemon.batch.Hand`) and its outcomes are shared with the heartbeat
+thread.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 
 import psycopg
 
@@ -34,8 +36,10 @@ from jobq.daemon.batch import Hand
 from jobq.daemon.heartbeat import Heartbeat
 from jobq.daemon.idle import IdleBoard
 from jobq.daemon.listener import Listener
+from jobq.daemon.outcomes import Outcome, Outcomes
 from jobq.daemon.session import ClaimSession
 from jobq.daemon.wakeup import SelfPipe
+from jobq.db import first_line
 from jobq.errors import DatabaseUnavailable, SchemaError
 from jobq.handlers import registry
 from jobq.migrate import check_schema
@@ -45,8 +49,10 @@ log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_BOOT_ERROR = 3
+# A statement failed for a reason of its own (not a lost connection): the worker leaves
+# without recording what it holds; its jobs go back to pending with no attempt charged.
+EXIT_DATABASE_ERROR = 4
 
-FLUSH_AFTER = 0.005  # seconds an outcome may wait in the buffer while the batch goes on
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 
 
@@ -58,33 +64,6 @@ def worker_name(hostname: str, pid: int, token: str) -> str:
 
 class BootFailure(Exception):
     """The worker cannot start (a handler module does not import, the schema is too old)."""
-
-
-@dataclass
-class Outcome:
-    claim: Claim
-    result: execution.RunResult
-    delay: float = 0.0
-    max_retries: int | None = None
-
-
-@dataclass
-class Buffer:
-    """Outcomes run but not yet written; the oldest one's time bounds the wait."""
-
-    done: list[Outcome] = field(default_factory=list)
-    failed: list[Outcome] = field(default_factory=list)
-    oldest: float | None = None
-
-    def add(self, outcome: Outcome) -> None:
-        (self.done if outcome.result.ok else self.failed).append(outcome)
-        if self.oldest is None:
-            self.oldest = time.monotonic()
-
-    def take(self) -> tuple[list[Outcome], list[Outcome]]:
-        taken = self.done, self.failed
-        self.done, self.failed, self.oldest = [], [], None
-        return taken
 
 
 class Worker:
@@ -103,7 +82,6 @@ class Worker:
         self.stopping = threading.Event()
         self.stop_reason = ""
         self.hand = Hand()
-        self.buffer = Buffer()
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
         self.batch_size = 1
 
@@ -123,14 +101,18 @@ class Worker:
             log.info("worker.exited worker=%s reason=%s before connecting", self.worker_id, self.stop_reason)
             return EXIT_OK
         log.info("worker.started worker=%s queues=%s pid=%s", self.worker_id, ",".join(self.queues), os.getpid())
+        code = EXIT_OK
         try:
             self.work()
         except DatabaseUnavailable:
             pass  # asked to stop while the database was down: nothing more can be written
+        except psycopg.Error as exc:
+            log.error("worker.database_error worker=%s error=%s: %s", self.worker_id, type(exc).__name__, first_line(exc))
+            self.stop_reason, code = "database error", EXIT_DATABASE_ERROR
         finally:
             self.leave()
         log.info("worker.exited worker=%s reason=%s jobs=%s", self.worker_id, self.stop_reason, self.hand.in_hand().recorded)
-        return EXIT_OK
+        return code
 
     def boot(self) -> None:
         self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit)
@@ -139,6 +121,7 @@ class Worker:
         except Exception as exc:  # any error while importing a handler module stops the boot
             raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
         url = self.settings.require_database_url()
+        self.outcomes = Outcomes(self.hand, worker_id=self.worker_id, lock_base=self.lock_base)
         self.session = ClaimSession(
             url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, hand=self.hand
         )
@@ -155,6 +138,7 @@ class Worker:
         self.heartbeat = Heartbeat(
             self.session,
             self.hand,
+            self.outcomes,
             worker_id=self.worker_id,
             queues=self.queues,
             interval=self.settings.heartbeat_interval,
@@ -183,9 +167,9 @@ class Worker:
     def leave(self) -> None:
         try:
             self.session.give_back(self.hand.take_waiting())
-            self.exchange(claim=False)
+            self.outcomes.write(self.session)
             self.session.run(lambda conn, _: presence.leave(conn, self.worker_id))
-        except DatabaseUnavailable:
+        except (DatabaseUnavailable, psycopg.Error):
             unrecorded = len(self.hand.held())
             log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
         self.heartbeat.stop()
@@ -197,7 +181,7 @@ class Worker:
     def work(self) -> None:
         max_jobs = self.settings.max_jobs_per_child
         while not self.stopping.is_set():
-            claimed = self.exchange(claim=True)
+            claimed = self.exchange()
             if not claimed:
                 self.report(reports.Idle())
                 self.wait_for_work()
@@ -228,10 +212,10 @@ class Worker:
         while not self.stopping.is_set() and (claim := self.hand.start_next()) is not None:
             outcome = self.run_one(claim)
             self.hand.finished()
-            self.buffer.add(outcome)
+            self.outcomes.add(outcome)
             all_short = all_short and outcome.result.seconds < batch.SHORT_JOB
-            if time.monotonic() - (self.buffer.oldest or 0) >= FLUSH_AFTER:
-                self.exchange(claim=False)
+            if self.outcomes.due():
+                self.outcomes.write(self.session)
         self.session.give_back(self.hand.take_waiting())
         self.batch_size = batch.next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
 
@@ -249,40 +233,20 @@ class Worker:
 
     # -- talking to the database ---------------------------------------------------------
 
-    def exchange(self, *, claim: bool) -> list[Claim]:
-        """Write the buffered outcomes and, with ``claim``, claim the next batch: one
-        round trip (a pipeline), one transaction."""
-        done, failed = self.buffer.take()
-        if not done and not failed and not claim:
-            return []
-        limit = self.batch_size if claim else 0
+    def exchange(self) -> list[Claim]:
+        """Write the buffered outcomes and claim the next batch: one round trip (a
+        pipeline), one transaction. Returns the jobs to run (locked by this session)."""
+        limit = self.batch_size
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
 
-        def send(conn: psycopg.Connection, retried: bool) -> tuple[list[claims.Failure], set[int], list[Claim]]:
-            with conn.pipeline():
-                sent_done = self.send_done(conn, done)
-                sent_failed = self.send_failed(conn, failed)
-                sent_claim = (
-                    claims.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
-                    if claim
-                    else None
-                )
-                rejected_done = sent_done.result() if sent_done else set()
-                failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
-                claimed = sent_claim.result() if sent_claim else []
-            rejected = rejected_done | rejected_failed
-            if retried and rejected:
-                rejected -= self.recorded_before_the_break(conn, done + failed, rejected)
-            if rejected:
-                self.count_rejections(conn, done + failed, rejected)
-            return failures, rejected, claimed
+        def claim(conn: psycopg.Connection) -> claims.Deferred[list[Claim]]:
+            return claims.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
-        # One locked section from the write to the hand's update, so that the heartbeat
-        # never sees a recorded job as still held.
+        # The claimed jobs are in hand before the session's lock is let go: a reconnect
+        # in between would give back, as orphans, jobs this worker is about to run.
         with self.session.lock:
-            failures, rejected, claimed = self.session.run(send)
-            self.note_outcomes(done, failed, failures, rejected)
+            claimed = self.outcomes.write(self.session, also=claim) or []
             self.hand.hold(claimed)
         for job in claimed:
             log.info(
@@ -295,75 +259,6 @@ class Worker:
             self.session.give_back(unlocked)
             claimed = [job for job in claimed if job.locked]
         return claimed
-
-    def send_done(self, conn: psycopg.Connection, done: list[Outcome]) -> claims.Deferred[set[int]] | None:
-        if not done:
-            return None
-        return claims.complete(
-            conn,
-            self.presented(done),
-            [o.result.result_json for o in done],  # type: ignore[misc]
-            [o.result.seconds for o in done],
-            lock_base=self.lock_base,
-        )
-
-    def send_failed(
-        self, conn: psycopg.Connection, failed: list[Outcome]
-    ) -> claims.Deferred[tuple[list[claims.Failure], set[int]]] | None:
-        if not failed:
-            return None
-        return claims.fail(
-            conn,
-            self.presented(failed),
-            [o.result.error for o in failed],  # type: ignore[misc]
-            [o.delay for o in failed],
-            [o.result.seconds for o in failed],
-            max_retries=[o.max_retries for o in failed],
-            lock_base=self.lock_base,
-        )
-
-    def presented(self, outcomes: list[Outcome]) -> list[Claim]:
-        return [self.hand.presented(o.claim) for o in outcomes]
-
-    def recorded_before_the_break(self, conn: psycopg.Connection, outcomes: list[Outcome], ids: set[int]) -> set[int]:
-        """Of writes rejected on a retry, those our first try had in fact committed."""
-        return claims.finished_under_lease(conn, [o.claim for o in outcomes if o.claim.job_id in ids])
-
-    def count_rejections(self, conn: psycopg.Connection, outcomes: list[Outcome], rejected: set[int]) -> None:
-        jobs = [(o.claim.job.queue, o.claim.job.type) for o in outcomes if o.claim.job_id in rejected]
-        claims.count_events(conn, claims.STALE_LEASE_COUNTER, jobs)
-
-    def note_outcomes(
-        self, done: list[Outcome], failed: list[Outcome], failures: list[claims.Failure], rejected: set[int]
-    ) -> None:
-        """Let go of the jobs whose outcomes were written, and log each outcome."""
-        outcomes = done + failed
-        self.hand.forget((o.claim.job_id for o in outcomes), recorded=len(outcomes) - len(rejected))
-        fates = {f.job_id: f for f in failures}
-        for o in outcomes:
-            job = o.claim.job
-            if job.id in rejected:
-                log.warning(
-                    "job.stale_lease_rejected id=%s type=%s queue=%s attempt=%s worker=%s lease=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.claim.lease,
-                )
-                continue
-            fate = fates.get(job.id)
-            if fate is None:
-                log.info(
-                    "job.succeeded id=%s type=%s queue=%s attempt=%s worker=%s duration=%.4fs",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.seconds,
-                )
-            elif fate.status == "pending":
-                log.info(
-                    "job.retry_scheduled id=%s type=%s queue=%s attempt=%s worker=%s delay=%.1fs error=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.delay, o.result.error_kind,
-                )
-            else:
-                log.warning(
-                    "job.dead_lettered id=%s type=%s queue=%s attempt=%s worker=%s error=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.error_kind,
-                )
 
     # -- the supervisor's pipe -----------------------------------------------------------
 
