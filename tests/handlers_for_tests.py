@@ -44,6 +44,14 @@ def ledger_sleep(job: jobq.Job) -> dict:
     return _ledger(job)
 
 
+@jobq.register("ledger_slow_first")
+def ledger_slow_first(job: jobq.Job) -> dict:
+    """Sleeps payload.seconds on its first attempt only: a run that a fault interrupts."""
+    if job.attempt == 0:
+        time.sleep(job.payload["seconds"])
+    return _ledger(job)
+
+
 @jobq.register("ledger_burn")
 def ledger_burn(job: jobq.Job) -> dict:
     """Holds the CPU in pure Python for payload.seconds."""

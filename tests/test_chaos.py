@@ -10,7 +10,7 @@ import signal
 import pytest
 
 import jobq
-from daemon import wait_for, worker_pids
+from daemon import alive, wait_for, worker_pids
 from jobq import locks
 from support import advisory_locks
 
@@ -55,3 +55,29 @@ def test_jobs_finished_before_a_long_one_are_recorded_and_never_run_again_after_
     wait_for(lambda: jobq.get(long.id, conn=ledger).status == "done", 30, "the long job done after the kill")
     assert runs(ledger) == {**{j.id: 1 for j in short}, long.id: 1}
     assert job_locks(ledger) == set()
+
+
+def test_a_supervisor_killed_mid_job_takes_its_worker_along_and_the_job_comes_back_with_an_attempt(ledger, daemon):
+    job = jobq.enqueue("ledger_slow_first", {"seconds": 60}, conn=ledger)  # its timeout: 300 s by default
+    first = daemon(1)
+    wait_for(lambda: jobq.get(job.id, conn=ledger).status == "running", 15, "the job running")
+    (worker,) = worker_pids(ledger)
+    first.signal(signal.SIGKILL)
+    first.wait(5)
+    wait_for(lambda: not alive(worker), 3, "the worker gone with its supervisor, job and all")
+    assert job_locks(ledger) == set()  # its session ended with it
+    daemon(1)  # another host: its stale reaper takes the job back, charged an attempt
+    done = wait_for(lambda: (j := jobq.get(job.id, conn=ledger)).status == "done" and j, 20, "the job done again")
+    assert done.attempt == 1 and done.errors[0]["error"] == "worker lost"
+    assert runs(ledger) == {job.id: 1}
+
+
+def test_a_dead_job_requeued_by_hand_dies_again_without_crashing_anything(ledger, daemon):
+    job = jobq.enqueue("always_fail", max_retries=0, conn=ledger)
+    d = daemon(2)
+    wait_for(lambda: jobq.get(job.id, conn=ledger).status == "dead", 15, "the job dead")
+    ledger.execute("UPDATE jobs SET status = 'pending', attempt = 0, run_at = now() WHERE id = %s", (job.id,))
+    wait_for(lambda: jobq.get_dead(1, conn=ledger).attempts == 2, 15, "its dead letter updated by the second death")
+    assert jobq.get(job.id, conn=ledger).status == "dead"
+    log = d.log()
+    assert "worker_died" not in log and "child.failed" not in log and "duty_failed" not in log
