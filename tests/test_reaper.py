@@ -1,5 +1,7 @@
 """The lock-aware reaper and the recovery of dead workers' jobs, driven directly."""
 
+import threading
+
 import psycopg
 import pytest
 
@@ -118,3 +120,27 @@ def test_rows_of_workers_whose_heartbeat_stopped_are_removed(conn):
     conn.execute("UPDATE workers SET heartbeat_at = now() - interval '1 hour' WHERE id = 'host:3:old'")
     assert presence.remove_stale(conn, 30) == ["host:3:old"]
     assert conn.execute("SELECT id FROM workers").fetchall() == [("host:4:new",)]
+
+
+def test_a_job_finished_between_the_reapers_lock_and_its_write_is_not_counted_as_reclaimed(
+    conn, worker_session, database_url
+):
+    job = jobq.enqueue("noop", conn=conn)
+    claim(worker_session, 1, worker_id="host:5:abc")
+    end_session(worker_session, conn)  # its lock is free
+    age_heartbeats(conn)
+    with psycopg.connect(database_url) as late:  # the job's outcome, written but not yet committed
+        late.execute("UPDATE jobs SET status = 'done', completed_at = now() WHERE id = %s", (job.id,))
+        result = {}
+        reaping = threading.Thread(target=lambda: result.update(r=reaper.reap_stale(conn, SETTINGS, LOCK_BASE)))
+        reaping.start()
+        wait_for(lambda: conn_waiting_on_a_lock(late), 10, "the reaper's write waiting on the row")
+        late.commit()
+        reaping.join(10)
+    assert result["r"].changed == 0 and result["r"].rejected == {job.id}
+    assert jobq.counts(conn=conn).totals.get("reclaimed_total", 0) == 0
+    assert jobq.get(job.id, conn=conn).status == "done"
+
+
+def conn_waiting_on_a_lock(observer) -> bool:
+    return bool(observer.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0])

@@ -17,7 +17,7 @@ long GC pause) never has its job handed to someone else.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from jobq import claims, queries
 from jobq.daemon.reports import Gone
@@ -54,6 +54,7 @@ class Recovered:
     retried: int = 0  # a failed attempt, back to pending after backoff
     dead: int = 0  # a failed attempt, out of retries
     busy: int = 0  # still locked by a live session: not touched
+    rejected: set[int] = field(default_factory=set)  # changed by someone else since we locked them
 
     @property
     def changed(self) -> int:
@@ -65,7 +66,7 @@ def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovere
     ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone."""
     rows = _locked(conn, queries.JOB_LOCK_STALE, {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH}, lock_base)
     recovered = _recover(conn, rows, {}, settings, lock_base)
-    _count(conn, rows, RECLAIMED_COUNTER)
+    _count(conn, rows, RECLAIMED_COUNTER, recovered)
     if recovered.changed:
         log.warning(
             "reaper.reclaimed released=%s retried=%s dead=%s jobs=%s",
@@ -88,9 +89,9 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     reasons = {row.job_id: _reason(gone) for row in current}
     recovered = _recover(conn, rows, reasons, settings, lock_base)
     if gone.kind == "timeout":
-        _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER)
+        _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
     elif gone.kind == "crash":
-        _count(conn, rows, RECLAIMED_COUNTER)
+        _count(conn, rows, RECLAIMED_COUNTER, recovered)
     in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
     recovered.busy = int(in_flight)
     if recovered.changed:
@@ -128,16 +129,20 @@ def _recover(
         else:
             fail.append(row)
             errors.append(reason)
-    recovered = Recovered(released=len(release))
+    recovered = Recovered()
     if release:
-        claims.release(conn, release, lock_base=lock_base).result()
+        recovered.rejected = claims.release(conn, release, lock_base=lock_base).result()
+        recovered.released = len(release) - len(recovered.rejected)
     if fail:
         delays = [settings.retry_delay(r.attempt) for r in fail]
-        failures, _ = claims.fail(conn, fail, errors, delays, [0.0] * len(fail), lock_base=lock_base).result()
+        failures, rejected = claims.fail(conn, fail, errors, delays, [0.0] * len(fail), lock_base=lock_base).result()
         recovered.retried = sum(1 for f in failures if f.status == "pending")
         recovered.dead = sum(1 for f in failures if f.status == "dead")
+        recovered.rejected |= rejected
     return recovered
 
 
-def _count(conn: Connection, rows: list[LostJob], counter: str) -> None:
-    claims.count_events(conn, counter, [(r.queue, r.type) for r in rows])
+def _count(conn: Connection, rows: list[LostJob], counter: str, recovered: Recovered) -> None:
+    """Count the event for the rows whose write went through (not a row that changed
+    under us between the lock and the write)."""
+    claims.count_events(conn, counter, [(r.queue, r.type) for r in rows if r.job_id not in recovered.rejected])
