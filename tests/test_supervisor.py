@@ -194,7 +194,7 @@ def test_workers_that_die_idle_right_after_their_spawn_back_off_per_slot(supervi
 
 def test_a_worker_killed_by_its_job_is_replaced_at_once_however_often(supervisor, system):
     supervisor.manage_workers()
-    for job_id in range(5):  # a poison job kills every worker that runs it
+    for job_id in range(1, 6):  # a poison job kills every worker that runs it
         proc = next(iter(supervisor.workers.values()))
         proc.current = running(job_id, deadline_in=60)
         system.exit(proc.pid, KILLED)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from jobq.daemon import reports
+from jobq.daemon.worker import EXIT_DATABASE_ERROR, EXIT_OK
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,15 @@ class WorkerProcess:
     retiring: bool = False  # asked to stop (TERM sent)
     retire_deadline: float | None = None
     kill_kind: str | None = None  # why we SIGKILLed it: "timeout" or "shutdown"
+
+    def exit_report(self, status: int) -> tuple[reports.Gone, bool]:
+        """What maintenance is told of its exit (wait ``status``), and whether it died
+        unasked: a crash, or a database error it left on. One that left on a database
+        error ran no job into its death: what it held goes back as at a shutdown."""
+        code = os.waitstatus_to_exitcode(status)
+        kind = self.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
+        unasked = self.kill_kind is None and code != EXIT_OK
+        return reports.Gone.of(self.worker_id, self.current, kind, status), unasked
 
     def read_reports(self) -> None:
         """Take in what the worker reported since the last read."""

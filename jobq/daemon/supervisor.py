@@ -3,7 +3,7 @@
 One class, one loop, a few verbs: spawn (fork a worker), reap (collect the dead),
 murder (kill the ones past their job's deadline), manage (hold the count), stop
 (graceful or not), halt (give up). Signal handlers only record the signal; the loop
-dispatches to ``handle_<name>``. The supervisor holds no database connection, so a
+dispatches it (TERM, INT and QUIT stop, the others go to ``handle_<name>``). The supervisor holds no database connection, so a
 database outage can never wedge its signal handling or its reaping; the one child
 that talks to the database on its behalf is the maintenance process, which recovers
 the jobs of the workers that died or were killed.
@@ -28,7 +28,7 @@ from jobq.daemon.idle import IdleBoard
 from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_DATABASE_ERROR, EXIT_OK, Worker, worker_name
+from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -98,30 +98,21 @@ class Supervisor:
             self.signals.append(signum)
 
     def sleep(self, timeout: float) -> None:
-        assert self.wakeup is not None, "install_signals first"
-        self.wakeup.wait(timeout)
+        self.wakeup.wait(timeout)  # type: ignore[union-attr]  # install_signals first
 
     # -- signals -----------------------------------------------------------------------
 
     def dispatch(self, signum: int) -> int | None:
         """Run the handler of a recorded signal; an exit code means stop."""
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            return self.handle_term(signum)
-        return getattr(self, f"handle_{signal.Signals(signum).name[3:].lower()}")()
+        name = signal.Signals(signum).name[3:]
+        if name in ("TERM", "INT", "QUIT"):  # INT is TERM's twin; QUIT does not wait
+            log.info("supervisor.stopping graceful=%s signal=%s", str(name != "QUIT").lower(), name)
+            self.stop(graceful=name != "QUIT")
+            return EXIT_OK
+        return getattr(self, f"handle_{name.lower()}")()
 
     def handle_chld(self) -> None:
         self.reap_workers()
-
-    def handle_term(self, signum: int = signal.SIGTERM) -> int:
-        """TERM or INT: a graceful stop."""
-        log.info("supervisor.stopping graceful=true signal=%s", signal.Signals(signum).name[3:])
-        self.stop(graceful=True)
-        return EXIT_OK
-
-    def handle_quit(self) -> int:
-        log.info("supervisor.stopping graceful=false signal=QUIT")
-        self.stop(graceful=False)
-        return EXIT_OK
 
     def handle_hup(self) -> None:
         log.info("supervisor.reloading: replacing %s workers", len(self.workers))
@@ -209,19 +200,15 @@ class Supervisor:
         proc.read_reports()
         os.close(proc.reader.fd)
         self.idle_board.mark(proc.slot, False)  # a worker that died waiting is not idle
-        code = os.waitstatus_to_exitcode(status)
-        if code == EXIT_BOOT_ERROR and proc.boot_error is not None and not self.stopping:
+        if os.waitstatus_to_exitcode(status) == EXIT_BOOT_ERROR and proc.boot_error is not None and not self.stopping:
             raise Halt(f"worker failed to boot: {proc.boot_error}")
-        # A worker that left on a database error ran no job into its death: what it held
-        # goes back as at a shutdown, and its slot backs off like a crash loop's.
-        kind = proc.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
-        gone = reports.Gone.of(proc.worker_id, proc.current, kind, status)
-        if kind == "crash" or code == EXIT_DATABASE_ERROR:
+        gone, unasked = proc.exit_report(status)
+        if unasked:
             log.error("supervisor.worker_died worker=%s %s job=%s", proc.worker_id, gone.detail, gone.job_id or "-")
-            running_job = proc.current is not None and code != EXIT_DATABASE_ERROR
+            running_job = gone.kind == "crash" and proc.current is not None
             self.respawns.died(proc.slot, spawned=proc.spawned, running_job=running_job)
         else:
-            log.info("supervisor.worker_exited worker=%s %s kind=%s", proc.worker_id, gone.detail, kind)
+            log.info("supervisor.worker_exited worker=%s %s kind=%s", proc.worker_id, gone.detail, gone.kind)
         self.tell_maintenance(gone)
 
     def murder_workers(self) -> None:
