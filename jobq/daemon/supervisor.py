@@ -3,10 +3,11 @@
 One class, one loop, a few verbs: spawn (fork a worker), reap (collect the dead),
 murder (kill the ones past their job's deadline), manage (hold the count), stop
 (graceful or not), halt (give up). Signal handlers only record the signal; the loop
-dispatches it (TERM, INT and QUIT stop, the others go to ``handle_<name>``). The supervisor holds no database connection, so a
-database outage can never wedge its signal handling or its reaping; the one child
-that talks to the database on its behalf is the maintenance process, which recovers
-the jobs of the workers that died or were killed.
+dispatches it (TERM, INT and QUIT stop; the others go to ``handle_<name>``). The
+supervisor holds no database connection, so a database outage can never wedge its
+signal handling or its reaping; the one child that talks to the database on its
+behalf is the maintenance process, which recovers the jobs of the workers that died
+or were killed.
 
 Signals: TERM, INT graceful stop; QUIT immediate stop; HUP replace every worker
 gracefully (they import the handler modules afresh); TTIN one worker more, TTOU one
