@@ -5,27 +5,40 @@ This is the one boundary where psycopg's connection failures become
 process that uses them (after any fork): a :class:`ProcessPool` remembers the pid
 that opened it and opens another in a child. The library's default pool (for
 ``DATABASE_URL``) and each web process's pool are ProcessPools.
+
+Every connection jobq opens (:func:`connect`, :class:`ProcessPool`) is ended on both
+sides when its other end vanishes without a word (a host lost, a network path cut):
+see :func:`dead_connection_parameters`. Without that, the server keeps a vanished
+worker's session, and with it the advisory locks that keep its jobs from the stale
+reaper, for about two hours (the kernel's keepalive defaults).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobq import queries
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
+log = logging.getLogger(__name__)
+
 Connection = psycopg.Connection[Any]
 
 CONNECT_TIMEOUT = 5  # seconds: a database that does not answer is reported, not waited on forever
+KEEPALIVE_PROBES = 3  # unanswered keepalive probes after which a connection is dead
+# PostgreSQL 14+, and a server platform that can report a closed socket (not Windows).
+CHECK_INTERVAL = "client_connection_check_interval"
 
 
 class ReconnectDelay:
@@ -45,15 +58,116 @@ class ReconnectDelay:
         self.delay = self.first
 
 
-def connect(url: str, *, autocommit: bool = True, application_name: str = "jobq") -> Connection:
-    """A new dedicated connection. Raises DatabaseUnavailable if it cannot be opened."""
+def connect(
+    url: str,
+    *,
+    autocommit: bool = True,
+    application_name: str = "jobq",
+    dead_connection_timeout: float | None = None,
+) -> Connection:
+    """A new dedicated connection, ended on both sides within about
+    ``dead_connection_timeout`` seconds if its other end vanishes (None: this process's
+    ``JOBQ_DEAD_CONNECTION_TIMEOUT``, :func:`jobq.settings.current`).
+
+    Raises DatabaseUnavailable if it cannot be opened.
+    """
+    timeout = _dead_connection_timeout(dead_connection_timeout)
     with database_errors():
-        return psycopg.connect(
+        return _Connection.connect(
             url,
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT,
             application_name=application_name,
+            **dead_connection_parameters(url, timeout),
         )
+
+
+def dead_connection_parameters(url: str, timeout: float) -> dict[str, int | str]:
+    """libpq parameters that end a connection whose other end vanished (no FIN, no
+    reset: a lost host, a cut network path) within about ``timeout`` seconds, on both
+    sides; none for ``timeout`` 0. Pure: reads ``url`` (and PGOPTIONS), opens nothing.
+
+    - The client (libpq): TCP keepalives, a first probe after ``timeout / 3`` s idle,
+      then one every ``timeout / 6`` s (whole seconds, at least 1), dead after
+      KEEPALIVE_PROBES; and ``tcp_user_timeout``, data unacknowledged for ``timeout``.
+    - The server, through ``options`` (``-c name=value``): the session's own
+      ``tcp_keepalives_idle``, ``_interval``, ``_count`` and ``tcp_user_timeout``, the
+      same values, so that the server ends the vanished session and frees its advisory
+      locks; and ``client_connection_check_interval`` (one probe interval), so that a
+      statement running for a vanished client is cancelled.
+
+    On Linux ``tcp_user_timeout`` also bounds the keepalive probing, so a silent peer
+    is dropped ``timeout`` s (rounded up to a probe) after the last thing it sent; by
+    the probes alone, after ``timeout / 3 + 3 × timeout / 6``. Over a Unix socket
+    client and server ignore the TCP settings. A parameter that ``url`` sets wins;
+    its own ``options`` (else PGOPTIONS) are kept after ours, so they win there too.
+    """
+    if timeout <= 0:
+        return {}
+    idle = max(1, int(timeout / 3))
+    interval = max(1, int(timeout / 6))
+    user_timeout_ms = int(timeout * 1000)
+    given = conninfo_to_dict(url)
+    client: dict[str, int | str] = {
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": KEEPALIVE_PROBES,
+        "tcp_user_timeout": user_timeout_ms,
+    }
+    parameters = {name: value for name, value in client.items() if name not in given}
+    server = {
+        "tcp_keepalives_idle": idle,
+        "tcp_keepalives_interval": interval,
+        "tcp_keepalives_count": KEEPALIVE_PROBES,
+        "tcp_user_timeout": user_timeout_ms,
+        CHECK_INTERVAL: interval * 1000,
+    }
+    ours = " ".join(f"-c {name}={value}" for name, value in server.items())
+    theirs = given.get("options", os.environ.get("PGOPTIONS", ""))
+    parameters["options"] = f"{ours} {theirs}".strip()
+    return parameters
+
+
+def _dead_connection_timeout(value: float | None) -> float:
+    return settings.current().dead_connection_timeout if value is None else value
+
+
+# Connection strings whose server refused client_connection_check_interval.
+_refuses_check_interval: set[str] = set()
+
+
+class _Connection(psycopg.Connection[Any]):
+    """A psycopg connection that connects without ``client_connection_check_interval``
+    where the server refuses it (PostgreSQL 13 and older, a server platform that
+    cannot report a closed socket), saying so once per connection string; the
+    keepalives still apply there."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> _Connection:  # type: ignore[override]
+        if conninfo in _refuses_check_interval:
+            kwargs["options"] = _without_check_interval(kwargs.get("options", ""))
+        try:
+            return super().connect(conninfo, **kwargs)
+        except psycopg.OperationalError as exc:
+            if CHECK_INTERVAL not in str(exc) or CHECK_INTERVAL not in kwargs.get("options", ""):
+                raise
+            _refuses_check_interval.add(conninfo)
+            log.warning("db.check_interval_refused setting=%s error=%s", CHECK_INTERVAL, first_line(exc))
+            kwargs["options"] = _without_check_interval(kwargs["options"])
+            return super().connect(conninfo, **kwargs)
+
+
+def _without_check_interval(options: str) -> str:
+    """``options`` without its ``-c client_connection_check_interval=...``."""
+    words = options.split(" ")
+    kept: list[str] = []
+    for word in words:
+        if word.startswith(CHECK_INTERVAL + "=") and kept and kept[-1] == "-c":
+            kept.pop()
+        else:
+            kept.append(word)
+    return " ".join(kept)
 
 
 @contextlib.contextmanager
@@ -79,6 +193,9 @@ class ProcessPool:
 
     Connections are made in the background, so a database that is down makes
     :meth:`connection` raise DatabaseUnavailable after ``timeout``, never blocks start-up.
+    Each is ended within about ``dead_connection_timeout`` seconds if its other end
+    vanishes (:func:`dead_connection_parameters`; None: this process's setting, read
+    when the pool opens).
     """
 
     def __init__(
@@ -91,12 +208,15 @@ class ProcessPool:
         check: Callable[[Connection], None] = ConnectionPool.check_connection,
         timeout: float = CONNECT_TIMEOUT * 2,
         max_size: int = 8,
+        dead_connection_timeout: float | None = None,
     ) -> None:
         self.url = url
+        self.dead_connection_timeout = dead_connection_timeout
+        self._connect_kwargs = {"autocommit": autocommit, "connect_timeout": CONNECT_TIMEOUT, "application_name": application_name}
         self._options = {
             "min_size": 1,
             "max_size": max_size,
-            "kwargs": {"autocommit": autocommit, "connect_timeout": CONNECT_TIMEOUT, "application_name": application_name},
+            "connection_class": _Connection,
             "check": check,
             "timeout": timeout,
             "name": name,
@@ -125,7 +245,9 @@ class ProcessPool:
     def _current(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
-                self._pool = ConnectionPool(self.url, open=False, **self._options)  # type: ignore[arg-type]
+                timeout = _dead_connection_timeout(self.dead_connection_timeout)
+                kwargs = {**self._connect_kwargs, **dead_connection_parameters(self.url, timeout)}
+                self._pool = ConnectionPool(self.url, open=False, kwargs=kwargs, **self._options)  # type: ignore[arg-type]
                 self._pool.open(wait=False)
                 self._pid = os.getpid()
                 atexit.register(self.close)
@@ -142,8 +264,13 @@ def default_pool() -> ProcessPool:
     global _default
     with _default_lock:
         if _default is None:
-            url = settings.current().require_database_url()
-            _default = ProcessPool(url, name="jobq-default", application_name="jobq")
+            current = settings.current()
+            _default = ProcessPool(
+                current.require_database_url(),
+                name="jobq-default",
+                application_name="jobq",
+                dead_connection_timeout=current.dead_connection_timeout,
+            )
         return _default
 
 

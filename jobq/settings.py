@@ -38,6 +38,10 @@ DEFAULT_JOB_TIMEOUT = 1800.0
 DEFAULT_GRACEFUL_TIMEOUT = 25.0
 DEFAULT_MAX_JOBS_PER_CHILD = 0
 DEFAULT_CLAIM_BATCH = 50
+# A connection whose other end vanished without a word (a host lost, a network path cut)
+# is ended on both sides within about this long: keepalives and tcp_user_timeout (jobq.db).
+DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
+MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_PORT = 8000
@@ -79,6 +83,7 @@ class Settings(BaseModel):
     graceful_timeout: NonNegativeSeconds = DEFAULT_GRACEFUL_TIMEOUT
     max_jobs_per_child: int = Field(DEFAULT_MAX_JOBS_PER_CHILD, ge=0)
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
+    dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION
     log_format: Literal["text", "json"] = "text"
@@ -98,6 +103,13 @@ class Settings(BaseModel):
     def _at_least_one_queue(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value:
             raise ValueError("name at least one queue")
+        return value
+
+    @field_validator("dead_connection_timeout")
+    @classmethod
+    def _whole_keepalive_seconds(cls, value: float) -> float:
+        if 0 < value < MIN_DEAD_CONNECTION_TIMEOUT:
+            raise ValueError(f"must be 0 (off) or at least {MIN_DEAD_CONNECTION_TIMEOUT:g} s")
         return value
 
     def retry_delay(self, attempt: int) -> float:

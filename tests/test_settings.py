@@ -4,7 +4,8 @@ import pytest
 
 import jobq.settings
 from jobq.errors import ConfigError
-from jobq.settings import DEFAULT_POLL_INTERVAL, Settings
+from jobq import db
+from jobq.settings import DEFAULT_DEAD_CONNECTION_TIMEOUT, DEFAULT_POLL_INTERVAL, Settings
 
 pytestmark = pytest.mark.unit
 
@@ -47,6 +48,9 @@ def test_empty_value_means_unset():
         ("JOBQ_BACKOFF_JITTER", "2"),
         ("JOBQ_ADVISORY_NAMESPACE", "70000"),
         ("PORT", "http"),
+        ("JOBQ_DEAD_CONNECTION_TIMEOUT", "-1"),
+        ("JOBQ_DEAD_CONNECTION_TIMEOUT", "0.5"),
+        ("JOBQ_DEAD_CONNECTION_TIMEOUT", "never"),
     ],
 )
 def test_bad_value_names_its_variable(variable, value):
@@ -60,6 +64,37 @@ def test_stale_threshold_must_exceed_heartbeat_interval():
     with pytest.raises(ConfigError) as caught:
         Settings.from_env({"JOBQ_HEARTBEAT_INTERVAL": "10", "JOBQ_STALE_THRESHOLD": "10"})
     assert caught.value.variable == "JOBQ_STALE_THRESHOLD"
+
+
+def test_a_vanished_peer_is_dropped_within_30_s_by_default_on_both_sides():
+    timeout = Settings.from_env({}).dead_connection_timeout
+    assert timeout == DEFAULT_DEAD_CONNECTION_TIMEOUT == 30
+    parameters = db.dead_connection_parameters("postgresql://db.example/app", timeout)
+    options = parameters.pop("options")
+    # client: first probe after 10 s idle, then every 5 s; unacknowledged data for 30 s
+    assert parameters == {
+        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": 30000,
+    }
+    # server: the same for the session, and a running statement checks its client every 5 s
+    assert options.split() == [
+        "-c", "tcp_keepalives_idle=10", "-c", "tcp_keepalives_interval=5", "-c", "tcp_keepalives_count=3",
+        "-c", "tcp_user_timeout=30000", "-c", "client_connection_check_interval=5000",
+    ]
+
+
+def test_a_zero_dead_connection_timeout_sets_nothing():
+    assert Settings.from_env({"JOBQ_DEAD_CONNECTION_TIMEOUT": "0"}).dead_connection_timeout == 0
+    assert db.dead_connection_parameters("postgresql://db.example/app", 0) == {}
+
+
+def test_what_the_url_sets_wins_and_its_options_come_last(monkeypatch):
+    monkeypatch.setenv("PGOPTIONS", "-c from_the_environment=1")
+    url = "host=db.example keepalives_idle=60 options='-c search_path=app'"
+    parameters = db.dead_connection_parameters(url, 6)
+    assert "keepalives_idle" not in parameters and parameters["keepalives_interval"] == 1
+    assert parameters["options"].startswith("-c tcp_keepalives_idle=2 ")
+    assert parameters["options"].endswith(" -c search_path=app")
+    assert db.dead_connection_parameters("host=db.example", 6)["options"].endswith(" -c from_the_environment=1")
 
 
 def test_missing_database_url_is_a_config_error():

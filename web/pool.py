@@ -11,7 +11,10 @@ that connections broken by a database restart are replaced, not used: a server t
 ends a session says so on its socket (PostgreSQL sends an error before it closes; a
 crashed server's kernel closes the socket), and an idle connection's socket has
 nothing to read otherwise. Only a connection whose socket is readable costs a round
-trip to check, not every request.
+trip to check, not every request. A server that vanished without a word (a lost
+host, a cut network path) sends nothing: the connection's keepalives end it within
+``JOBQ_DEAD_CONNECTION_TIMEOUT`` (:func:`jobq.db.dead_connection_parameters`), and
+its socket then reads as disturbed too.
 """
 
 from __future__ import annotations
