@@ -24,8 +24,9 @@ Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`
 :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`,
 :mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
 (:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
-:mod:`jobq.daemon.maintenance`). Routes, the CLI and everything else call those
-modules; tests may run a statement directly to set up a row or to ``EXPLAIN`` it.
+:mod:`jobq.daemon.maintenance`, and :mod:`jobq.daemon.session` for its counter
+slot). Routes, the CLI and everything else call those modules; tests may run a
+statement directly to set up a row or to ``EXPLAIN`` it.
 """
 
 from __future__ import annotations
@@ -116,19 +117,28 @@ JOB_DELETE_IF_PENDING = "DELETE FROM jobs WHERE id = %(id)s AND status = 'pendin
 JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
 
 # COUNTERS_GET: exact depth per (queue, type, status) and monotonic totals, summed over
-# the per-session slots of job_counters (a small table, no jobs scan).
+# the slots of job_counters (applications' 0..15, one per jobq session from 16: a small
+# table, no jobs scan).
 COUNTERS_GET = "SELECT queue, type, name, sum(n)::bigint FROM job_counters GROUP BY queue, type, name"
 
 # COUNTERS_GET_PENDING: the admission-control check; same table.
 COUNTERS_GET_PENDING = "SELECT coalesce(sum(n), 0)::bigint FROM job_counters WHERE name = 'pending'"
 
 # COUNTER_ADD: an event that changes no job row (a reclaim, a timeout, a rejected
-# stale write), added to this session's slot.
+# stale write), added to this session's slot (jobq_counter_slot(), as the triggers do).
 COUNTER_ADD = (
     "INSERT INTO job_counters AS c (queue, type, name, slot, n) "
-    "VALUES (%(queue)s, %(type)s, %(name)s, pg_backend_pid() %% 16, %(n)s) "
+    "VALUES (%(queue)s, %(type)s, %(name)s, jobq_counter_slot(), %(n)s) "
     "ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n"
 )
+
+# COUNTER_SLOT_TAKE: a jobq session's own counter slot, right after it connects: the
+# lowest from 16 up that no other session holds, kept by a session advisory lock (the
+# two-integer key (high word of %(lock_base)s, slot), apart from the jobs' keys) until
+# the connection closes, and set as jobq.counter_slot for the triggers. An
+# application's open transaction holds only rows of slots 0..15, so a worker never
+# waits on one, nor on another jobq session.
+COUNTER_SLOT_TAKE = "SELECT jobq_counter_slot_take(%(lock_base)s)"
 
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
 # idle worker sleeps until then and not a whole poll interval; one index probe per queue
