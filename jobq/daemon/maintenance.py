@@ -153,10 +153,22 @@ class Maintenance:
             return None
 
     def connect(self) -> bool:
+        """Open the connection and take a counter slot of its own (see
+        ``queries.COUNTER_SLOT_TAKE``); False (logged, retried after a delay) while the
+        database is down."""
         if time.monotonic() < self.next_connect:
             return False
         try:
-            self.conn = db.connect(self.settings.require_database_url(), application_name="jobq maintenance")
+            conn = db.connect(self.settings.require_database_url(), application_name="jobq maintenance")
+            try:
+                with db.database_errors():
+                    conn.execute(queries.COUNTER_SLOT_TAKE, {"lock_base": self.lock_base})
+            except psycopg.errors.UndefinedFunction:
+                pass  # a schema older than 4 counts by backend pid; the workers refuse to boot on it
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
         except DatabaseUnavailable as exc:
             delay = self.reconnect.next()
             log.warning("maintenance.db_unavailable retry_in=%.1fs error=%s", delay, exc)
