@@ -264,11 +264,17 @@ JOB_RELEASE_IF_LEASED = (
 )
 
 # JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this
-# worker still holds under its leases; false where the lock or the lease is gone.
+# worker still holds under its leases; false where the lock or the lease is gone. The
+# rows are locked first (FOR UPDATE, primary key) and their lease and status checked
+# on the latest version: a release that already let go of the advisory lock but has
+# not committed yet (outcome statements unlock before their commit) is waited for, so
+# a job that is pending again is never locked.
 JOB_RELOCK_IF_LEASED = (
-    "SELECT s.id, j.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
-    "FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS s(id, lease) "
-    "LEFT JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status IN ('claimed', 'running')"
+    "WITH mine AS MATERIALIZED (SELECT j.id FROM jobs AS j "
+    "JOIN unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS s(id, lease) ON j.id = s.id AND j.lease = s.lease "
+    "WHERE j.status IN ('claimed', 'running') FOR UPDATE OF j) "
+    "SELECT s.id, mine.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
+    "FROM unnest(%(ids)s::bigint[]) AS s(id) LEFT JOIN mine ON mine.id = s.id"
 )
 
 # JOB_LOCK_INFLIGHT_OF_WORKER: the claimed|running jobs of one worker (a scan of the

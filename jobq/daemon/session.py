@@ -75,9 +75,9 @@ class ClaimSession:
         with self.lock:
             retried = False
             while True:
-                if self.conn is None or self.conn.closed:
-                    self._reconnect()
                 try:
+                    if self.conn is None or self.conn.closed:
+                        self._reconnect()  # inside the retry: the connection may drop while re-locking
                     return call(self.conn, retried)  # type: ignore[arg-type]
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     if self.conn is not None and not self.conn.broken and not self.conn.closed:

@@ -1,0 +1,96 @@
+"""A worker's claim session across broken connections: reconnect, re-lock, retry."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+import jobq
+from daemon import scalar, wait_for
+from jobq import claims, queries
+from jobq.daemon.batch import Hand
+from jobq.daemon.session import ClaimSession
+from support import LOCK_BASE, advisory_locks
+
+pytestmark = [pytest.mark.db, pytest.mark.once]
+
+WORKER = "host:1:session"
+BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq worker ' || %s"
+
+
+@pytest.fixture
+def session(database_url, conn):
+    """A claim session holding one claimed job in its hand, and the job."""
+    jobq.enqueue("noop", conn=conn)
+    hand = Hand()
+    s = ClaimSession(database_url, worker_id=WORKER, lock_base=LOCK_BASE, stopping=threading.Event(), hand=hand)
+    s.connect()
+    claimed = s.run(lambda c, _: claims.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
+    hand.hold(claimed)
+    yield s, claimed[0]
+    s.close()
+
+
+def kill_backends(conn) -> None:
+    """Terminate the session's backends and wait until they are gone (their locks too)."""
+    pids = {pid for (pid,) in conn.execute(BACKENDS, (WORKER,))}
+    for pid in pids:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    # (the session may already be connecting again: wait for these backends only)
+    wait_for(lambda: not pids & {pid for (pid,) in conn.execute(BACKENDS, (WORKER,))}, 10, "the backends gone")
+
+
+def in_background(call):
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except BaseException as exc:  # the test reads it
+            result["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result
+
+
+def ping(conn, _retried) -> str:
+    conn.execute("SELECT 1")  # finds the connection broken: reconnect, re-lock, call again
+    return "ran"
+
+
+def waiting_on_a_row_lock(conn) -> bool:
+    return bool(scalar(conn, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid')"))
+
+
+def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending_again(session, conn, database_url):
+    s, claim = session
+    kill_backends(conn)
+    with psycopg.connect(database_url) as recovering:  # maintenance releasing the job: unlocked, not committed
+        recovering.execute("SELECT pg_advisory_lock(%s)", (LOCK_BASE | claim.job_id,))
+        claims.release(recovering, [claim], lock_base=LOCK_BASE).result()
+        thread, result = in_background(lambda: s.run(ping))
+        wait_for(lambda: waiting_on_a_row_lock(conn), 10, "the re-lock waiting for the release to commit")
+        recovering.commit()
+    thread.join(10)
+    assert result == {"value": "ran"}
+    assert not s.hand.presented(claim).locked  # lost: it is pending again
+    assert claim.job_id not in advisory_locks(conn)
+
+
+def test_a_connection_lost_while_relocking_is_retried_not_raised(session, conn, database_url):
+    s, claim = session
+    kill_backends(conn)
+    with psycopg.connect(database_url) as blocker:  # holds the row: the re-lock waits on it
+        blocker.execute(queries.JOB_GET + " FOR UPDATE", {"id": claim.job_id})
+        thread, result = in_background(lambda: s.run(ping))
+        wait_for(lambda: waiting_on_a_row_lock(conn), 10, "the re-lock waiting")
+        kill_backends(conn)  # the connection drops while it re-locks
+        wait_for(lambda: waiting_on_a_row_lock(conn), 10, "the second re-lock waiting")
+        blocker.rollback()
+    thread.join(10)
+    assert result == {"value": "ran"}
+    assert s.hand.presented(claim).locked  # still ours: re-locked on the third connection
+    assert claim.job_id in advisory_locks(conn)
