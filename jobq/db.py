@@ -82,6 +82,27 @@ def connect(
         )
 
 
+def connect_counting(url: str, *, application_name: str, lock_base: int) -> Connection:
+    """A dedicated connection of jobq's own (a worker's claim session, maintenance) that
+    counts the jobs it moves in a counter slot of its own (``queries.COUNTER_SLOT_TAKE``):
+    it never waits on the counter rows an application's open transaction holds.
+
+    Raises DatabaseUnavailable if it cannot be opened. On a schema older than the slots
+    (migration 4) it counts by backend pid, as before; the caller's schema check refuses
+    such a database anyway.
+    """
+    conn = connect(url, application_name=application_name)
+    try:
+        with database_errors():
+            conn.execute(queries.COUNTER_SLOT_TAKE, {"lock_base": lock_base})
+    except psycopg.errors.UndefinedFunction:
+        pass
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def dead_connection_parameters(url: str, timeout: float) -> dict[str, int | str]:
     """libpq parameters that end a connection whose other end vanished (no FIN, no
     reset: a lost host, a cut network path) within about ``timeout`` seconds, on both

@@ -153,22 +153,13 @@ class Maintenance:
             return None
 
     def connect(self) -> bool:
-        """Open the connection and take a counter slot of its own (see
-        ``queries.COUNTER_SLOT_TAKE``); False (logged, retried after a delay) while the
-        database is down."""
+        """Open the connection (with a counter slot of its own, :func:`jobq.db.connect_counting`);
+        False (logged, retried after a delay) while the database is down."""
         if time.monotonic() < self.next_connect:
             return False
         try:
-            conn = db.connect(self.settings.require_database_url(), application_name="jobq maintenance")
-            try:
-                with db.database_errors():
-                    conn.execute(queries.COUNTER_SLOT_TAKE, {"lock_base": self.lock_base})
-            except psycopg.errors.UndefinedFunction:
-                pass  # a schema older than 4 counts by backend pid; the workers refuse to boot on it
-            except BaseException:
-                conn.close()
-                raise
-            self.conn = conn
+            url = self.settings.require_database_url()
+            self.conn = db.connect_counting(url, application_name="jobq maintenance", lock_base=self.lock_base)
         except DatabaseUnavailable as exc:
             delay = self.reconnect.next()
             log.warning("maintenance.db_unavailable retry_in=%.1fs error=%s", delay, exc)

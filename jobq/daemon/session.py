@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import claims, db, queries
+from jobq import claims, db
 from jobq.claims import Claim
 from jobq.daemon.batch import Hand
 from jobq.errors import DatabaseUnavailable
@@ -41,24 +41,16 @@ class ClaimSession:
         self.lock = threading.RLock()
 
     def connect(self) -> None:
-        """Open the connection and take a counter slot of its own (see
-        ``queries.COUNTER_SLOT_TAKE``), waiting with backoff while the database is down.
+        """Open the connection (with a counter slot of its own, :func:`jobq.db.connect_counting`),
+        waiting with backoff while the database is down.
 
         Raises DatabaseUnavailable only when the worker is asked to stop meanwhile.
         """
         backoff = db.ReconnectDelay()
         while True:
             try:
-                conn = db.connect(self.url, application_name=f"jobq worker {self.worker_id}")
-                try:
-                    with db.database_errors():
-                        conn.execute(queries.COUNTER_SLOT_TAKE, {"lock_base": self.lock_base})
-                except psycopg.errors.UndefinedFunction:
-                    pass  # a schema older than 4 counts by backend pid; the boot's check_schema refuses it
-                except BaseException:
-                    conn.close()
-                    raise
-                self.conn = conn
+                name = f"jobq worker {self.worker_id}"
+                self.conn = db.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
                 return
             except DatabaseUnavailable as exc:
                 if self.stopping.is_set():
