@@ -270,3 +270,29 @@ def test_connections_exhausted_for_10_seconds(own_postgres, daemon):
             hog.close()
         wait_for(lambda: finished(conn, jobs), 60, "every job done or dead once connections are back")
         tally(conn, f"max_connections exhausted for 10 s, a worker killed", jobs, [d], kills=1)
+
+
+REFUSE_DONE = """
+CREATE FUNCTION test_refuse_done() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'done' AND NEW.type = 'ledger' THEN
+        RAISE EXCEPTION 'refused by test_refuse_done';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_refuse_done BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION test_refuse_done();
+"""
+
+
+def test_a_worker_whose_outcome_write_fails_leaves_cleanly_and_charges_no_attempt(ledger, daemon):
+    ledger.execute(REFUSE_DONE)  # an operator's trigger that refuses some outcomes
+    try:
+        job = jobq.enqueue("ledger", conn=ledger)
+        d = daemon(1)
+        wait_for(lambda: "worker.database_error" in d.log(), 15, "the worker meeting the refusal")
+    finally:
+        ledger.execute("DROP TRIGGER test_refuse_done ON jobs; DROP FUNCTION test_refuse_done()")
+    done = wait_for(lambda: (j := jobq.get(job.id, conn=ledger)).status == "done" and j, 30, "the job done at last")
+    assert done.attempt == 0 and done.errors == []  # no false "worker process died" attempt
+    assert "child.failed" not in d.log()
+    tally(ledger, "outcome write refused by the database", [job], [d], kills=1)
