@@ -80,6 +80,25 @@ JOB_INSERT_MANY = (
     "RETURNING id, idempotency_key, run_at, created_at"
 )
 
+# JOB_INSERT_RESERVED_IF_ABSENT: many rows without idempotency keys, under ids reserved
+# for them (JOB_IDS_RESERVE), from parallel arrays in one statement. A row whose id is
+# already stored is left alone (ON CONFLICT on jobs_pkey, waiting for its inserter if it
+# is still in flight) and not returned: repeated after a lost connection with the same
+# ids, it stores each job once. Returns the defaults the caller cannot know.
+JOB_INSERT_RESERVED_IF_ABSENT = (
+    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at) "
+    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()) "
+    "FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
+    "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[]) "
+    "AS j(id, type, queue, payload, priority, max_retries, run_at) "
+    "ON CONFLICT (id) DO NOTHING "
+    "RETURNING id, run_at, created_at"
+)
+
+# JOB_GET_BY_IDS: the jobs with some ids (jobs_pkey), no lock: those an earlier
+# JOB_INSERT_RESERVED_IF_ABSENT stored.
+JOB_GET_BY_IDS = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = ANY(%(ids)s::bigint[])"
+
 # JOB_GET_BY_IDEMPOTENCY_KEYS: the jobs holding some keys (jobs_idempotency_key_idx).
 JOB_GET_BY_IDEMPOTENCY_KEYS = (
     "SELECT " + JOB_COLUMNS + " FROM jobs WHERE idempotency_key = ANY(%(keys)s::text[])"
