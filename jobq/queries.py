@@ -80,20 +80,24 @@ JOB_INSERT_MANY = (
     "RETURNING id, idempotency_key, run_at, created_at"
 )
 
-# JOB_INSERT_RESERVED_IF_ABSENT: many rows without idempotency keys, under ids reserved
-# for them (JOB_IDS_RESERVE), from parallel arrays in one statement. A row whose id is
-# already stored is left alone (ON CONFLICT on jobs_pkey, waiting for its inserter if it
-# is still in flight) and not returned: repeated after a lost connection with the same
-# ids, it stores each job once. Returns the defaults the caller cannot know.
-JOB_INSERT_RESERVED_IF_ABSENT = (
+# JOB_INSERT_RESERVED: many rows without idempotency keys, under ids reserved for them
+# (JOB_IDS_RESERVE) so that their inserter knows them before it sends this, from
+# parallel arrays in one statement; all or nothing (an id already stored raises on
+# jobs_pkey). Returns the defaults the caller cannot know.
+JOB_INSERT_RESERVED_ROWS = (
     "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at) "
     "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()) "
     "FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
     "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[]) "
     "AS j(id, type, queue, payload, priority, max_retries, run_at) "
-    "ON CONFLICT (id) DO NOTHING "
-    "RETURNING id, run_at, created_at"
 )
+JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + "RETURNING id, run_at, created_at"
+
+# JOB_INSERT_RESERVED_IF_ABSENT: JOB_INSERT_RESERVED sent again after its connection was
+# lost in flight: a row whose id is already stored is left alone (ON CONFLICT on
+# jobs_pkey, after waiting for its inserter if that is still in flight) and not
+# returned, so each job is stored once whatever the lost attempt did.
+JOB_INSERT_RESERVED_IF_ABSENT = JOB_INSERT_RESERVED_ROWS + "ON CONFLICT (id) DO NOTHING RETURNING id, run_at, created_at"
 
 # JOB_GET_BY_IDS: the jobs with some ids (jobs_pkey), no lock: those an earlier
 # JOB_INSERT_RESERVED_IF_ABSENT stored.
