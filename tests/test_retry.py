@@ -80,15 +80,17 @@ def test_dead_letter_copy_is_complete(conn):
 @pytest.mark.dlq
 def test_dead_letter_copy_is_atomic_with_the_status_change(conn):
     job = jobq.enqueue("always_fail", max_retries=0, conn=conn)
-    # Make the copy impossible: a row for this job is already there (unique original_id).
+    # Make the copy impossible: the dead-letter table refuses every row.
     conn.execute(
-        "INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, attempts) "
-        "VALUES (%s, 'x', 'default', '{}', 5, 0, 1)",
-        (job.id,),
+        "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no'; END $$; "
+        "CREATE TRIGGER test_refuse BEFORE INSERT ON dead_letter_jobs FOR EACH ROW EXECUTE FUNCTION test_refuse()"
     )
-    (claimed,) = claim(conn)
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        fail(conn, [claimed])
+    try:
+        (claimed,) = claim(conn)
+        with pytest.raises(psycopg.errors.RaiseException):
+            fail(conn, [claimed])
+    finally:
+        conn.execute("DROP TRIGGER test_refuse ON dead_letter_jobs; DROP FUNCTION test_refuse()")
     assert jobq.get(job.id, conn=conn).status == "claimed"  # the status change rolled back with it
 
 
