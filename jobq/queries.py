@@ -83,7 +83,10 @@ JOB_INSERT_MANY = (
 # JOB_INSERT_RESERVED: many rows without idempotency keys, under ids reserved for them
 # (JOB_IDS_RESERVE) so that their inserter knows them before it sends this, from
 # parallel arrays in one statement; all or nothing (an id already stored raises on
-# jobs_pkey). Returns the defaults the caller cannot know.
+# jobs_pkey). Guarded by the sequence: inserts nothing if the highest id (last_id) is
+# above what the sequence has handed out, i.e. it was restarted (TRUNCATE ... RESTART
+# IDENTITY) since the reservation and would hand those ids out again. Returns the
+# defaults the caller cannot know.
 JOB_INSERT_RESERVED_ROWS = (
     "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at) "
     "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()) "
@@ -91,7 +94,10 @@ JOB_INSERT_RESERVED_ROWS = (
     "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[]) "
     "AS j(id, type, queue, payload, priority, max_retries, run_at) "
 )
-JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + "RETURNING id, run_at, created_at"
+JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
+    "WHERE %(last_id)s::bigint <= (SELECT pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass)) "
+    "RETURNING id, run_at, created_at"
+)
 
 # JOB_INSERT_RESERVED_IF_ABSENT: JOB_INSERT_RESERVED sent again after its connection was
 # lost in flight: a row whose id is already stored is left alone (ON CONFLICT on
