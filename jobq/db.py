@@ -150,6 +150,20 @@ def dead_connection_parameters(url: str, timeout: float) -> dict[str, int | str]
     return parameters
 
 
+def with_statement_timeout(url: str, parameters: dict[str, int | str], seconds: float) -> dict[str, int | str]:
+    """``parameters`` (libpq's, as :func:`dead_connection_parameters` makes them for
+    ``url``) with the session's ``statement_timeout`` set to ``seconds`` (rounded to whole
+    milliseconds, at least 1) through ``options``, before the options already there and
+    the URL's own (else PGOPTIONS), which win. Pure: opens nothing.
+
+    A statement that runs longer is cancelled by the server (``QueryCanceled``), and
+    rolled back: in autocommit the timer stops before the statement's commit begins.
+    """
+    theirs = parameters.get("options", conninfo_to_dict(url).get("options", os.environ.get("PGOPTIONS", "")))
+    ours = f"-c statement_timeout={max(1, round(seconds * 1000))}"
+    return {**parameters, "options": f"{ours} {theirs}".strip()}
+
+
 def _dead_connection_timeout(value: float | None) -> float:
     return settings.current().dead_connection_timeout if value is None else value
 
@@ -216,7 +230,10 @@ class ProcessPool:
     :meth:`connection` raise DatabaseUnavailable after ``timeout``, never blocks start-up.
     Each is ended within about ``dead_connection_timeout`` seconds if its other end
     vanishes (:func:`dead_connection_parameters`; None: this process's setting, read
-    when the pool opens).
+    when the pool opens). With a ``statement_timeout`` (seconds), each session's
+    statements are cancelled by the server past it (:func:`with_statement_timeout`), and
+    a cancelled statement raises DatabaseUnavailable like a lost connection: nothing of
+    it was committed.
     """
 
     def __init__(
@@ -230,9 +247,11 @@ class ProcessPool:
         timeout: float = CONNECT_TIMEOUT * 2,
         max_size: int = 8,
         dead_connection_timeout: float | None = None,
+        statement_timeout: float | None = None,
     ) -> None:
         self.url = url
         self.dead_connection_timeout = dead_connection_timeout
+        self.statement_timeout = statement_timeout
         self._connect_kwargs = {"autocommit": autocommit, "connect_timeout": CONNECT_TIMEOUT, "application_name": application_name}
         self._options = {
             "min_size": 1,
@@ -250,11 +269,16 @@ class ProcessPool:
     def connection(self) -> Iterator[Connection]:
         """A pooled connection for the block (committed at its end unless autocommit).
 
-        Raises DatabaseUnavailable when none can be had within the pool's timeout or
-        the database drops it.
+        Raises DatabaseUnavailable when none can be had within the pool's timeout, the
+        database drops it, or (with a statement timeout) a statement is cancelled.
         """
-        with database_errors(), self._current().connection() as conn:
-            yield conn
+        try:
+            with database_errors(), self._current().connection() as conn:
+                yield conn
+        except psycopg.errors.QueryCanceled as exc:
+            if self.statement_timeout is None:
+                raise
+            raise DatabaseUnavailable(f"database unavailable: {first_line(exc)}") from exc
 
     def close(self) -> None:
         """Close this process's pool, if it opened one."""
@@ -267,7 +291,10 @@ class ProcessPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 timeout = _dead_connection_timeout(self.dead_connection_timeout)
-                kwargs = {**self._connect_kwargs, **dead_connection_parameters(self.url, timeout)}
+                parameters = dead_connection_parameters(self.url, timeout)
+                if self.statement_timeout is not None:
+                    parameters = with_statement_timeout(self.url, parameters, self.statement_timeout)
+                kwargs = {**self._connect_kwargs, **parameters}
                 self._pool = ConnectionPool(self.url, open=False, kwargs=kwargs, **self._options)  # type: ignore[arg-type]
                 self._pool.open(wait=False)
                 self._pid = os.getpid()

@@ -44,6 +44,10 @@ DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+# A statement of the API's that runs longer (a lock it waits for, a stuck server) is
+# cancelled and the request answers 503: well under Gunicorn's 30 s, far above what a
+# healthy statement of the API's takes.
+DEFAULT_API_STATEMENT_TIMEOUT = 5.0
 DEFAULT_PORT = 8000
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -92,6 +96,7 @@ class Settings(BaseModel):
     api_token: str | None = None
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_pending: int | None = Field(None, ge=0)
+    api_statement_timeout: NonNegativeSeconds = DEFAULT_API_STATEMENT_TIMEOUT  # 0: the server's own
 
     @field_validator("handlers", "queues", mode="before")
     @classmethod

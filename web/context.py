@@ -34,7 +34,7 @@ class ApiContext:
 
 def attach(app: Flask, settings: Settings) -> ApiContext:
     """Give ``app`` its context (no connection is opened here)."""
-    database = web_pool(settings.require_database_url())
+    database = web_pool(settings.require_database_url(), statement_timeout=settings.api_statement_timeout)
     context = ApiContext(settings, database, GroupSubmitter(lambda specs: context.submit_many(specs)))
     app.extensions[EXTENSION] = context
     return context

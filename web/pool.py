@@ -15,6 +15,11 @@ trip to check, not every request. A server that vanished without a word (a lost
 host, a cut network path) sends nothing: the connection's keepalives end it within
 ``JOBQ_DEAD_CONNECTION_TIMEOUT`` (:func:`jobq.db.dead_connection_parameters`), and
 its socket then reads as disturbed too.
+
+Every session runs its statements under a statement timeout
+(``JOBQ_API_STATEMENT_TIMEOUT``, 5 s by default): a statement that waits on a lock
+or a stuck server is cancelled by the server and the request answers 503, instead
+of holding its thread (and, through :mod:`jobq.group`, every request waiting on it).
 """
 
 from __future__ import annotations
@@ -24,13 +29,19 @@ import select
 from psycopg_pool import ConnectionPool
 
 from jobq.db import Connection, ProcessPool
+from jobq.settings import DEFAULT_API_STATEMENT_TIMEOUT
 
 POOL_MAX_SIZE = 8  # Gunicorn's threads per worker (deploy/gunicorn.conf.py): one each at most
 POOL_TIMEOUT = 3.0  # seconds a request waits for a connection before it answers 503
 
 
-def web_pool(url: str, *, timeout: float = POOL_TIMEOUT) -> ProcessPool:
-    """The pool a web process's routes take their connections from."""
+def web_pool(
+    url: str, *, timeout: float = POOL_TIMEOUT, statement_timeout: float = DEFAULT_API_STATEMENT_TIMEOUT
+) -> ProcessPool:
+    """The pool a web process's routes take their connections from: a request waits up
+    to ``timeout`` seconds for a connection, and each statement runs at most
+    ``statement_timeout`` seconds (0: the server's own ``statement_timeout``); either
+    raises DatabaseUnavailable."""
     return ProcessPool(
         url,
         name="jobq-web",
@@ -39,6 +50,7 @@ def web_pool(url: str, *, timeout: float = POOL_TIMEOUT) -> ProcessPool:
         check=check_if_disturbed,
         timeout=timeout,
         max_size=POOL_MAX_SIZE,
+        statement_timeout=statement_timeout or None,
     )
 
 
