@@ -3,6 +3,10 @@
 Both work inside the caller's transaction when given a connection: the jobs exist,
 and wake a worker, only when the caller commits. Without one they use the default
 pool for ``DATABASE_URL`` and commit before returning.
+
+``submit_reserved`` is what the API's grouped ``POST /jobs`` use (:mod:`jobq.group`):
+jobs go in under ids reserved before the insert is sent, so that a caller whose
+connection is lost while the insert is in flight can learn what was stored.
 """
 
 from __future__ import annotations
@@ -12,16 +16,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg.rows import class_row
 
 from jobq import queries
-from jobq.db import Connection, connection
-from jobq.errors import InvalidArgument, Overloaded
+from jobq.db import Connection, connection, first_line
+from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, Overloaded
 from jobq.job import Job
 from jobq.spec import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec, parse_spec, parse_specs
 
 
 COPY_THRESHOLD = 1000
+RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
+
+
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection was lost while jobs were being inserted under ``ids``: they may or
+    may not be stored. :func:`submit_reserved` with the same jobs and ids settles it."""
+
+    def __init__(self, ids: list[int], reason: str) -> None:
+        shown = f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}..{ids[-1]}"
+        super().__init__(f"database unavailable: {shown} may or may not be stored ({reason})")
+        self.ids = ids
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +132,89 @@ def submit_many(
         if keys or len(specs) <= COPY_THRESHOLD:
             return _insert(c, specs, keys)
         return _copy(c, specs)
+
+
+def submit_reserved(
+    specs: list[JobSpec],
+    ids: list[int] | None = None,
+    *,
+    conn: Connection | None = None,
+    max_pending: int | None = None,
+) -> list[Job]:
+    """Add jobs without idempotency keys in one statement, under ids reserved for them
+    before it is sent, and return them in order: so that if the connection is lost while
+    the insert is in flight, the caller can learn what became of them.
+
+    ``ids`` None: they are reserved first (one more round trip; :func:`reserve_ids`), and
+    again if the sequence was restarted before the insert went in (it would hand them out
+    a second time).
+    Given (one per spec, in order: those of an :class:`OutcomeUnknown`), the call settles
+    that earlier attempt: a job already stored under its id is returned as it now is and
+    not inserted again (if the earlier insert is still in flight, this one waits for
+    it), the others are inserted; so each job is stored once. ``max_pending`` as for
+    :func:`submit` (checked first: a refused call stored nothing).
+
+    Raises OutcomeUnknown (with the ids) when the connection fails once the insert may
+    have been sent; DatabaseUnavailable when nothing can have been stored by this call;
+    JobNotFound for a job an earlier attempt stored and someone deleted since. With
+    ``conn``, the caller commits; on an autocommit connection (the web pool's) the
+    statement commits itself, so what this call returns is stored.
+    """
+    if not specs:
+        return []
+    if any(spec.idempotency_key is not None for spec in specs):
+        raise InvalidArgument("idempotency_key", "jobs inserted under reserved ids take no idempotency key")
+    with connection(conn) as c:
+        if max_pending is not None:
+            check_admission(c, max_pending)
+        again = ids is not None
+        for _ in range(RESERVE_ATTEMPTS):
+            if not again:
+                ids = reserve_ids(len(specs), conn=c)
+            assert ids is not None
+            try:
+                jobs = _insert_reserved(c, specs, ids, again=again)
+            except psycopg.errors.QueryCanceled:
+                raise  # cancelled: rolled back (the statement timeout stops before the commit)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                raise OutcomeUnknown(ids, first_line(exc)) from exc
+            if jobs is not None:
+                return jobs
+        raise DatabaseUnavailable("database unavailable: the jobs' id sequence was restarted during every attempt")
+
+
+def reserve_ids(n: int, *, conn: Connection | None = None) -> list[int]:
+    """``n`` new ids from the jobs' identity sequence, never handed out again, for
+    :func:`submit_reserved`. Raises DatabaseUnavailable."""
+    with connection(conn) as c:
+        row = c.execute(queries.JOB_IDS_RESERVE, {"n": n}).fetchone()
+    assert row is not None
+    return list(row[1])
+
+
+def _insert_reserved(conn: Connection, specs: list[JobSpec], ids: list[int], *, again: bool) -> list[Job] | None:
+    """The jobs inserted (or, ``again``, found) under ``ids``; None if a first attempt
+    inserted nothing because the sequence was restarted since ``ids`` were reserved."""
+    params = {"ids": ids, "last_id": max(ids), **_array_params(specs)}
+    # (id, run_at, created_at) of the rows inserted now; again, an id already stored returns nothing
+    statement = queries.JOB_INSERT_RESERVED_IF_ABSENT if again else queries.JOB_INSERT_RESERVED
+    inserted = {row[0]: row for row in conn.execute(statement, params)}
+    if not again and not inserted:
+        return None
+    earlier: dict[int, Job] = {}
+    if len(inserted) < len(ids):
+        with conn.cursor(row_factory=class_row(Job)) as cur:
+            cur.execute(queries.JOB_GET_BY_IDS, {"ids": [job_id for job_id in ids if job_id not in inserted]})
+            earlier = {job.id: job for job in cur.fetchall()}
+    jobs = []
+    for spec, job_id in zip(specs, ids, strict=True):
+        if job_id in inserted:
+            jobs.append(_new_job(spec, *inserted[job_id]))
+        elif job_id in earlier:
+            jobs.append(earlier[job_id])
+        else:
+            raise JobNotFound(job_id)
+    return jobs
 
 
 def _copy(conn: Connection, specs: list[JobSpec]) -> list[Enqueued]:

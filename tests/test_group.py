@@ -1,7 +1,10 @@
-"""GroupSubmitter: concurrent enqueues share one insert, each caller gets its own outcome.
+"""GroupSubmitter: concurrent enqueues share one insert, each caller gets its own outcome,
+and nobody waits without limit.
 
-The insert is a function of the test's (no database): what is grouped, and who gets
-which result or error, is the behaviour under test.
+The insert is a function of the test's (no database): what is grouped, who gets which
+result or error, and who waits how long, is the behaviour under test. What happens
+against a real PostgreSQL (a stuck insert, a connection lost in flight) is in
+tests/test_api_faults.py.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ class SlowInsert:
         self.fail_type = fail_type
         self.error = error
 
-    def __call__(self, specs: list[JobSpec]) -> list[str]:
+    def __call__(self, specs: list[JobSpec], ids: list[int] | None) -> list[str]:
+        assert ids is None  # the ids of a lost attempt: none here
         self.groups.append([spec.type for spec in specs])
         if len(self.groups) == 1:
             assert self.release.wait(10)
@@ -100,3 +104,54 @@ def test_callers_after_a_failed_group_are_served():
         submitter.submit(JobSpec(type="a"))
     insert.error = None
     assert submitter.submit(JobSpec(type="b")) == "job:b"
+
+
+def test_a_caller_queued_behind_a_stuck_insert_leaves_after_the_wait_timeout_and_its_job_is_never_sent():
+    insert = SlowInsert()
+    submitter = GroupSubmitter(insert, wait_timeout=0.2)  # type: ignore[arg-type]
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(submitter.submit, JobSpec(type="stuck"))
+        wait_until(lambda: insert.groups)
+        queued = [pool.submit(submitter.submit, JobSpec(type=name)) for name in ("b", "c")]
+        for future in queued:
+            with pytest.raises(DatabaseUnavailable, match="has not ended within 0.2 s"):
+                future.result(10)
+        assert submitter._waiting == []
+        insert.release.set()
+        assert first.result(10) == "job:stuck"
+    assert insert.groups == [["stuck"]]
+    assert submitter.submit(JobSpec(type="d")) == "job:d"  # the next caller inserts at once
+
+
+class HeldInserts:
+    """Insert number k (from 0) signals ``entered[k]`` and waits for ``release[k]``."""
+
+    def __init__(self, held: int) -> None:
+        self.groups: list[list[str]] = []
+        self.entered = [threading.Event() for _ in range(held)]
+        self.release = [threading.Event() for _ in range(held)]
+
+    def __call__(self, specs: list[JobSpec], ids: list[int] | None) -> list[str]:
+        k = len(self.groups)
+        self.groups.append([spec.type for spec in specs])
+        if k < len(self.release):
+            self.entered[k].set()
+            assert self.release[k].wait(10)
+        return [f"job:{spec.type}" for spec in specs]
+
+
+def test_a_caller_whose_job_is_in_an_insert_waits_for_that_insert_past_the_wait_timeout():
+    insert = HeldInserts(2)
+    submitter = GroupSubmitter(insert, wait_timeout=0.2)  # type: ignore[arg-type]
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(submitter.submit, JobSpec(type="a"))
+        assert insert.entered[0].wait(10)
+        rest = [pool.submit(submitter.submit, JobSpec(type=name)) for name in ("b", "c")]
+        wait_until(lambda: len(submitter._waiting) == 2)
+        insert.release[0].set()
+        assert insert.entered[1].wait(10)  # b and c are in the second insert, held
+        time.sleep(0.5)  # past their wait timeout
+        assert not any(future.done() for future in rest)
+        insert.release[1].set()
+        assert [first.result(10)] + [future.result(10) for future in rest] == ["job:a", "job:b", "job:c"]
+    assert insert.groups == [["a"], ["b", "c"]]

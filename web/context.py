@@ -9,10 +9,10 @@ from flask import Flask, current_app
 from jobq.db import ProcessPool
 from jobq.group import GroupSubmitter
 from jobq.job import Job
-from jobq.settings import Settings
+from jobq.settings import DEFAULT_API_STATEMENT_TIMEOUT, Settings
 from jobq.spec import JobSpec
-from jobq.submit import submit_many
-from web.pool import web_pool
+from jobq.submit import submit_many, submit_reserved
+from web.pool import POOL_TIMEOUT, web_pool
 
 EXTENSION = "jobq"
 
@@ -31,11 +31,25 @@ class ApiContext:
         with self.database.connection() as conn:
             return [entry.job for entry in submit_many(specs, conn=conn, max_pending=self.settings.max_pending)]
 
+    def submit_reserved(self, specs: list[JobSpec], ids: list[int] | None) -> list[Job]:
+        """The enqueuer's insert (:func:`jobq.submit.submit_reserved`): admission control
+        for a first attempt, none for a retry that settles one (it was admitted)."""
+        max_pending = self.settings.max_pending if ids is None else None
+        with self.database.connection() as conn:
+            return submit_reserved(specs, ids, conn=conn, max_pending=max_pending)
+
 
 def attach(app: Flask, settings: Settings) -> ApiContext:
-    """Give ``app`` its context (no connection is opened here)."""
-    database = web_pool(settings.require_database_url(), statement_timeout=settings.api_statement_timeout)
-    context = ApiContext(settings, database, GroupSubmitter(lambda specs: context.submit_many(specs)))
+    """Give ``app`` its context (no connection is opened here).
+
+    A request queued behind the insert in flight waits as long as that insert may take
+    (a wait for a connection, then a statement) before it answers 503.
+    """
+    statement_timeout = settings.api_statement_timeout
+    database = web_pool(settings.require_database_url(), statement_timeout=statement_timeout)
+    wait = POOL_TIMEOUT + (statement_timeout or DEFAULT_API_STATEMENT_TIMEOUT)
+    enqueuer = GroupSubmitter(lambda specs, ids: context.submit_reserved(specs, ids), wait_timeout=wait)
+    context = ApiContext(settings, database, enqueuer)
     app.extensions[EXTENSION] = context
     return context
 

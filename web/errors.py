@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from jobq.errors import Conflict, DatabaseUnavailable, InvalidArgument, JobqError, NotFound, Overloaded
+from jobq.submit import OutcomeUnknown
 from web.schemas import LOCATIONS
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,12 @@ def _jobq_error(exc: JobqError) -> Response:
     status = next((code for cls, code in STATUSES if isinstance(exc, cls)), 500)
     if status == 503:
         log.warning("api.database_unavailable reason=%s", exc)
+        if isinstance(exc, OutcomeUnknown) and len(exc.ids) == 1:  # a POST /jobs whose insert was lost in flight
+            job_id = exc.ids[0]
+            detail = (
+                f"database unavailable; job {job_id} may have been stored: GET /jobs/{job_id} before sending it again"
+            )
+            return error_response(503, detail, _retry_after())
         return error_response(503, "database unavailable; retry later", _retry_after())
     if status == 500:
         log.error("api.error error=%s: %s", type(exc).__name__, exc)
