@@ -50,7 +50,8 @@ Insert = Callable[[list[JobSpec], list[int] | None], list[Job]]
 order; with given ids, returns a job already stored under its id as it is, never a
 second copy. Raises OutcomeUnknown (with the ids) when the connection was lost while
 the insert was in flight, DatabaseUnavailable or Overloaded for the whole list when
-nothing was stored; any other error is about the jobs."""
+this call stored nothing (an earlier attempt's outcome stays unknown); any other error
+is about the jobs."""
 
 
 @dataclass(eq=False)
