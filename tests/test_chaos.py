@@ -67,13 +67,13 @@ def finished(conn, jobs) -> bool:
     return found.get("done", 0) + found.get("dead", 0) == len(jobs)
 
 
-def tally(conn, scenario: str, jobs, daemons, *, kills: int = 0, deaths: bool = False) -> None:
+def tally(conn, scenario: str, jobs, daemons, *, reruns: int = 0, deaths: bool = False) -> None:
     """Stop the daemons (TERM), then check and print the ledger of ``jobs``: none lost,
     each outcome recorded once, no lock or process left, and no handler that ran to
-    completion twice but for the ``kills`` jobs a kill may have interrupted. With
-    ``deaths`` (workers killed by their jobs, any number), a job may run twice only if
-    its first run was on a worker that then died: the jobs it had just finished, within
-    the few milliseconds before their outcomes were written."""
+    completion twice but ``reruns`` of them. With ``deaths`` (workers killed, from
+    outside or by their jobs, any number), a job may run twice only if its first run
+    was on a worker that then died: the job it was running, and those it had finished
+    in the few milliseconds before their outcomes were written."""
     dead_workers = {pid for (pid,) in conn.execute("SELECT DISTINCT pid FROM test_ledger") if not alive(pid)}
     for d in daemons:
         if alive(d.pid):
@@ -94,7 +94,7 @@ def tally(conn, scenario: str, jobs, daemons, *, kills: int = 0, deaths: bool = 
         ).fetchall()
         assert {pid for _, pid in first_runs} <= dead_workers
     else:
-        assert duplicates <= kills
+        assert duplicates <= reruns
     # each outcome recorded once: done entered once per job, one dead letter per dead
     # job, and one recorded failure per failed attempt
     assert jobq.counts(conn=conn).totals.get("done_total", 0) == done
@@ -171,7 +171,7 @@ def test_workers_killed_every_second_while_draining(ledger, daemon):
             except ProcessLookupError:
                 pass
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
-    tally(ledger, "workers killed -9 every second", jobs, [d], kills=kills)
+    tally(ledger, f"workers killed -9 every second ({kills} kills)", jobs, [d], deaths=True)
 
 
 def test_the_database_restarted_immediately_twice_mid_drain(durable_postgres, daemon):
@@ -190,7 +190,7 @@ def test_the_database_restarted_immediately_twice_mid_drain(durable_postgres, da
         durable_postgres.start()
     with psycopg.connect(url, autocommit=True) as conn:
         wait_for(lambda: finished(conn, jobs), 90, "every job done or dead after two restarts")
-        tally(conn, "pg_ctl restart -m immediate, twice", jobs, [d], kills=2 * 2)
+        tally(conn, "pg_ctl restart -m immediate, twice", jobs, [d])
 
 
 def test_every_jobq_backend_terminated_mid_drain(ledger, daemon):
@@ -200,7 +200,7 @@ def test_every_jobq_backend_terminated_mid_drain(ledger, daemon):
         wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 300 * round_, 60, "jobs flowing")
         ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'")
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
-    tally(ledger, "every jobq backend terminated, 3 times", jobs, [d], kills=3 * 2)
+    tally(ledger, "every jobq backend terminated, 3 times", jobs, [d])
 
 
 def test_a_worker_stopped_past_the_stale_threshold_loses_nothing_and_runs_nothing_twice(ledger, daemon):
@@ -223,7 +223,7 @@ def test_the_supervisor_killed_and_replaced_mid_drain(ledger, daemon):
     first.wait(5)
     second = daemon(2)
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
-    tally(ledger, "the supervisor killed -9 and replaced", jobs, [first, second], kills=2)
+    tally(ledger, "the supervisor killed -9 and replaced", jobs, [first, second], deaths=True)
 
 
 def test_poison_jobs_that_exit_segfault_or_hang_among_ordinary_ones(ledger, daemon):
@@ -269,7 +269,7 @@ def test_connections_exhausted_for_10_seconds(own_postgres, daemon):
         for hog in hogs:
             hog.close()
         wait_for(lambda: finished(conn, jobs), 60, "every job done or dead once connections are back")
-        tally(conn, f"max_connections exhausted for 10 s, a worker killed", jobs, [d], kills=1)
+        tally(conn, "max_connections exhausted for 10 s, a worker killed", jobs, [d], deaths=True)
 
 
 REFUSE_DONE = """
@@ -295,4 +295,4 @@ def test_a_worker_whose_outcome_write_fails_leaves_cleanly_and_charges_no_attemp
     done = wait_for(lambda: (j := jobq.get(job.id, conn=ledger)).status == "done" and j, 30, "the job done at last")
     assert done.attempt == 0 and done.errors == []  # no false "worker process died" attempt
     assert "child.failed" not in d.log()
-    tally(ledger, "outcome write refused by the database", [job], [d], kills=1)
+    tally(ledger, "outcome write refused by the database", [job], [d], reruns=1)
