@@ -112,10 +112,11 @@ def daemon(database_url: str, tmp_path: Path, conn: psycopg.Connection) -> Itera
         process.stop()
 
 
-@pytest.fixture
-def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
-    """A PostgreSQL instance of the test's own (migrated), which the test may stop and start."""
-    server = EmbeddedPostgres(tmp_path / "own-pg", settings=TEST_SERVER_SETTINGS)
+@contextlib.contextmanager
+def migrated_instance(data_dir: Path, **settings: str) -> Iterator[EmbeddedPostgres]:
+    """An embedded PostgreSQL of the caller's own, migrated, with TEST_SERVER_SETTINGS
+    changed by ``settings``; deleted at the end."""
+    server = EmbeddedPostgres(data_dir, settings={**TEST_SERVER_SETTINGS, **settings})
     server.start()
     with psycopg.connect(server.url(), autocommit=True) as conn:
         migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
@@ -123,3 +124,10 @@ def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
         yield server
     finally:
         server.delete()
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL instance of the test's own (migrated), which the test may stop and start."""
+    with migrated_instance(tmp_path / "own-pg") as server:
+        yield server

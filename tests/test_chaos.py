@@ -18,12 +18,9 @@ import psycopg
 import pytest
 
 import jobq
-from conftest import TEST_SERVER_SETTINGS
+from conftest import migrated_instance
 from daemon import alive, scalar, wait_for, worker_pids, worker_pids_of_session
 from jobq import locks
-from jobq.embedded import EmbeddedPostgres
-from jobq.migrate import migrate
-from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.chaos]
@@ -36,14 +33,18 @@ def durable_postgres(tmp_path):
     """A PostgreSQL instance of the test's own that keeps every commit it acknowledged
     across a crash restart (synchronous_commit on; the suite's servers trade that for
     speed, which would make a crash lose outcomes the workers saw committed)."""
-    server = EmbeddedPostgres(tmp_path / "durable-pg", settings={**TEST_SERVER_SETTINGS, "synchronous_commit": "on"})
-    server.start()
-    with psycopg.connect(server.url(), autocommit=True) as conn:
-        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-    try:
+    with migrated_instance(tmp_path / "durable-pg", synchronous_commit="on") as server:
         yield server
-    finally:
-        server.delete()
+
+
+def ledger_jobs(url: str, n: int, seconds: float) -> list[jobq.Job]:
+    """On another database than the ``ledger`` fixture's: its ledger table, and ``n``
+    ledger_sleep jobs of ``seconds``."""
+    from handlers_for_tests import LEDGER_CREATE
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(LEDGER_CREATE)
+        return jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": seconds}}] * n, conn=conn)
 
 
 def runs(conn) -> dict[int, int]:
@@ -176,11 +177,7 @@ def test_workers_killed_every_second_while_draining(ledger, daemon):
 
 def test_the_database_restarted_immediately_twice_mid_drain(durable_postgres, daemon):
     url = durable_postgres.url()
-    with psycopg.connect(url, autocommit=True) as conn:
-        from handlers_for_tests import LEDGER_CREATE
-
-        conn.execute(LEDGER_CREATE)
-        jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.005}}] * 1500, conn=conn)
+    jobs = ledger_jobs(url, 1500, 0.005)
     d = daemon(2, url=url)
     for round_ in (1, 2):
         with psycopg.connect(url, autocommit=True) as conn:
@@ -240,36 +237,30 @@ def test_poison_jobs_that_exit_segfault_or_hang_among_ordinary_ones(ledger, daem
     tally(ledger, "poison jobs: 4 exit, 4 segfault, 2 hang", poison + ordinary, [d], deaths=True)
 
 
+def take_every_connection(url: str) -> list[psycopg.Connection]:
+    hogs = []
+    try:
+        while True:
+            hogs.append(psycopg.connect(url, autocommit=True))
+    except psycopg.OperationalError:  # too many clients
+        return hogs
+
+
 def test_connections_exhausted_for_10_seconds(own_postgres, daemon):
     url = own_postgres.url()
+    jobs = ledger_jobs(url, 400, 0.01)
     with psycopg.connect(url, autocommit=True) as conn:
-        from handlers_for_tests import LEDGER_CREATE
-
-        conn.execute(LEDGER_CREATE)
-        jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.01}}] * 400, conn=conn)
         d = daemon(2, url=url)
         wait_for(lambda: jobq.counts(conn=conn).depth["done"] >= 50, 30, "jobs flowing")
-        hogs = []
-        try:
-            while True:  # take every connection the server has left
-                hogs.append(psycopg.connect(url, autocommit=True))
-        except psycopg.OperationalError:
-            pass
-        victim = worker_pids(conn)[0]
-        os.kill(victim, signal.SIGKILL)  # its replacement cannot connect: its slots are taken again
-        wait_for(lambda: not scalar(conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
-                                    f"jobq %:{victim}:%"), 5, "the victim's backends gone", interval=0.005)
-        try:
-            while True:
-                hogs.append(psycopg.connect(url, autocommit=True))
-        except psycopg.OperationalError:
-            pass
+        hogs = take_every_connection(url)
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'")
+        hogs += take_every_connection(url)  # the slots jobq's sessions had: now nobody can reconnect
         time.sleep(10)
-        assert "worker.db_unavailable" in d.log()  # waited, as for a database that is down
         for hog in hogs:
             hog.close()
+        assert "db_unavailable" in d.log()  # they waited, as for a database that is down
         wait_for(lambda: finished(conn, jobs), 60, "every job done or dead once connections are back")
-        tally(conn, "max_connections exhausted for 10 s, a worker killed", jobs, [d], deaths=True)
+        tally(conn, f"max_connections exhausted for 10 s ({len(hogs)} taken)", jobs, [d])
 
 
 REFUSE_DONE = """
