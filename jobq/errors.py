@@ -90,6 +90,18 @@ class DatabaseUnavailable(JobqError):
     """PostgreSQL could not be reached or dropped the connection."""
 
 
+class OutcomeUnknown(DatabaseUnavailable):
+    """The connection was lost while jobs were being inserted under ``ids``: they may or
+    may not be stored. :func:`jobq.submit.submit_reserved` with the same jobs and ids
+    settles it."""
+
+    def __init__(self, ids: list[int], reason: str) -> None:
+        shown = f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}..{ids[-1]}"
+        super().__init__(f"database unavailable: {shown} may or may not be stored ({reason})")
+        self.ids = ids
+        self.reason = reason
+
+
 class SchemaError(JobqError):
     """The database schema does not match what this code needs."""
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from jobq.errors import DatabaseUnavailable, Overloaded
 from jobq.job import Job
 from jobq.spec import JobSpec
-from jobq.submit import OutcomeUnknown
+from jobq.errors import OutcomeUnknown
 
 log = logging.getLogger(__name__)
 

@@ -21,24 +21,13 @@ from psycopg.rows import class_row
 
 from jobq import queries
 from jobq.db import Connection, connection, first_line
-from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, Overloaded
+from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
 from jobq.spec import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec, parse_spec, parse_specs
 
 
 COPY_THRESHOLD = 1000
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
-
-
-class OutcomeUnknown(DatabaseUnavailable):
-    """The connection was lost while jobs were being inserted under ``ids``: they may or
-    may not be stored. :func:`submit_reserved` with the same jobs and ids settles it."""
-
-    def __init__(self, ids: list[int], reason: str) -> None:
-        shown = f"job {ids[0]}" if len(ids) == 1 else f"jobs {ids[0]}..{ids[-1]}"
-        super().__init__(f"database unavailable: {shown} may or may not be stored ({reason})")
-        self.ids = ids
-        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from jobq.errors import Conflict, DatabaseUnavailable, InvalidArgument, JobqError, NotFound, Overloaded
-from jobq.submit import OutcomeUnknown
+from jobq.errors import OutcomeUnknown
 from web.schemas import LOCATIONS
 
 log = logging.getLogger(__name__)
