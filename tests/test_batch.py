@@ -76,3 +76,16 @@ def test_after_a_reconnect_the_presented_claim_says_whether_the_lock_was_taken_a
 @pytest.mark.parametrize(("size", "all_short", "expected"), [(1, True, 2), (32, True, 50), (16, False, 1)])
 def test_the_next_claim_doubles_while_jobs_are_short_and_drops_to_one_after_a_long_one(size, all_short, expected):
     assert batch.next_size(size, all_short=all_short, cap=50) == expected
+
+
+def test_a_running_job_is_past_its_deadline_only_after_the_grace():
+    hand = Hand()
+    job = claim(1)
+    hand.hold([job])
+    hand.line_up([job])
+    hand.start_next()
+    assert not hand.past_deadline(0.0)  # no deadline known yet
+    hand.runs_until(time.monotonic() - 0.5)
+    assert hand.past_deadline(0.1) and not hand.past_deadline(10.0)
+    hand.finished()
+    assert not hand.past_deadline(0.0)

@@ -55,6 +55,7 @@ class _Running:
     claim: Claim
     started: float
     marked: bool = False
+    deadline: float | None = None  # monotonic; the supervisor kills the worker there
 
 
 class Hand:
@@ -90,6 +91,13 @@ class Hand:
             claim = self._waiting.popleft()
             self._running = _Running(claim, time.monotonic())
             return claim
+
+    def runs_until(self, deadline: float) -> None:
+        """The running job's deadline (monotonic), past which the supervisor kills the
+        worker."""
+        with self._lock:
+            if self._running is not None:
+                self._running.deadline = deadline
 
     def finished(self) -> None:
         """The running job's handler returned."""
@@ -135,6 +143,13 @@ class Hand:
             running.marked = True
             waiting, self._waiting = list(self._waiting), deque()
             return Overdue(running.claim, elapsed, waiting)
+
+    def past_deadline(self, grace: float) -> bool:
+        """Whether the running job has outlived its deadline by ``grace`` seconds: the
+        supervisor, which kills at the deadline, did not (it never got the report)."""
+        with self._lock:
+            running = self._running
+            return running is not None and running.deadline is not None and time.monotonic() > running.deadline + grace
 
     # -- the claim session, after a reconnect ----------------------------------------
 

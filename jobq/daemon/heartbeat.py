@@ -3,8 +3,10 @@
 Every HEARTBEAT tick it keeps the worker's row in ``workers`` and its in-flight jobs'
 ``heartbeat_at`` fresh, on the claim session, also while the main thread is inside
 a CPU-bound handler (pure Python gives up the interpreter every few milliseconds).
-Every TICK it checks that the parent supervisor is alive, writes the outcomes that
-have waited too long while the main thread runs a handler
+Every TICK it checks that the parent supervisor is alive and that the running job is
+not past its deadline (the supervisor kills the worker there; a worker that outlives
+it by DEADLINE_GRACE, because the report never reached the supervisor, kills itself),
+writes the outcomes that have waited too long while the main thread runs a handler
 (:mod:`jobq.daemon.outcomes`), and applies the batch's long-job rule
 (:meth:`jobq.daemon.batch.Hand.overdue`): the outcomes waiting are written, the
 running job is marked running, and the jobs waiting behind it are given back.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -29,6 +32,9 @@ from jobq.errors import DatabaseUnavailable
 log = logging.getLogger(__name__)
 
 TICK = 0.025
+# Past its job's deadline by this much, a worker that the supervisor has not killed
+# (the report of the job never reached it) kills itself, as the supervisor would have.
+DEADLINE_GRACE = 1.0
 
 
 class Heartbeat(threading.Thread):
@@ -62,6 +68,10 @@ class Heartbeat(threading.Thread):
             try:
                 if os.getppid() != self.parent_pid:
                     self.orphaned()
+                if self.hand.past_deadline(DEADLINE_GRACE):
+                    log.error("job.timed_out id=%s worker=%s: not killed by the supervisor; killing itself",
+                              self.hand.in_hand().running, self.worker_id)
+                    os.kill(os.getpid(), signal.SIGKILL)
                 if self.outcomes.due():
                     self.outcomes.write(self.session)
                 self.mark_long_job()

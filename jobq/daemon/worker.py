@@ -223,7 +223,9 @@ class Worker:
         job = claim.job
         handler = registry.find(job.type)
         timeout = handler.timeout if handler and handler.timeout else self.settings.job_timeout
-        self.report(reports.Started(job.id, claim.lease, time.monotonic() + timeout, timeout))
+        deadline = time.monotonic() + timeout
+        self.hand.runs_until(deadline)
+        self.report(reports.Started(job.id, claim.lease, deadline, timeout))
         self.jobs_run += 1
         result = execution.run(job, handler)
         if result.ok:
