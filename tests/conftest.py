@@ -113,10 +113,10 @@ def daemon(database_url: str, tmp_path: Path, conn: psycopg.Connection) -> Itera
 
 
 @contextlib.contextmanager
-def migrated_instance(data_dir: Path, **settings: str) -> Iterator[EmbeddedPostgres]:
+def migrated_instance(data_dir: Path, port: int | None = None, **settings: str) -> Iterator[EmbeddedPostgres]:
     """An embedded PostgreSQL of the caller's own, migrated, with TEST_SERVER_SETTINGS
-    changed by ``settings``; deleted at the end."""
-    server = EmbeddedPostgres(data_dir, settings={**TEST_SERVER_SETTINGS, **settings})
+    changed by ``settings`` (and on 127.0.0.1:``port`` too, if given); deleted at the end."""
+    server = EmbeddedPostgres(data_dir, port=port, settings={**TEST_SERVER_SETTINGS, **settings})
     server.start()
     with psycopg.connect(server.url(), autocommit=True) as conn:
         migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)

@@ -29,12 +29,10 @@ import pytest
 
 import jobq
 import jobq.settings
-from conftest import TEST_SERVER_SETTINGS, TRUNCATE
+from conftest import TRUNCATE, migrated_instance
 from daemon import FAST, scalar, wait_for, worker_pids, worker_pids_of_session
 from jobq import db, locks
 from jobq.embedded import EmbeddedPostgres
-from jobq.migrate import migrate
-from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import advisory_locks
 from web.pool import web_pool
 
@@ -154,15 +152,10 @@ def tcp_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedP
     """A migrated instance of this module's own that also listens on 127.0.0.1:<port>."""
     from handlers_for_tests import LEDGER_CREATE
 
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("tcp-pg"), port=free_port(), settings=TEST_SERVER_SETTINGS)
-    server.start()
-    with psycopg.connect(server.url(), autocommit=True) as conn:
-        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-        conn.execute(LEDGER_CREATE)
-    try:
+    with migrated_instance(tmp_path_factory.mktemp("tcp-pg"), port=free_port()) as server:
+        with psycopg.connect(server.url(), autocommit=True) as conn:
+            conn.execute(LEDGER_CREATE)
         yield server
-    finally:
-        server.delete()
 
 
 @pytest.fixture
