@@ -105,7 +105,7 @@ class Maintenance:
             time.sleep(RECOVER_RETRY)
             self.receive(reader)
         if self.pending:
-            log.warning("maintenance.unsettled workers=%s: left to the stale reaper", len(self.pending))
+            log.warning("maintenance.unrecovered workers=%s: left to the stale reaper", len(self.pending))
         if self.conn is not None:
             self.conn.close()
         log.info("maintenance.exited")

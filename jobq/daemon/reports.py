@@ -8,7 +8,7 @@ Worker -> supervisor (the worker's report pipe):
 
 Supervisor -> maintenance:
     ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
-    settle its in-flight jobs. ``kind`` is ``crash``, ``timeout`` or ``shutdown``;
+    recover its in-flight jobs. ``kind`` is ``crash``, ``timeout`` or ``shutdown``;
     job_id and lease are 0 when it ran no job.
 """
 
