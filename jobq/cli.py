@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+import jobq.settings
 from jobq import db, logs
 from jobq.errors import DatabaseUnavailable, JobqError
 from jobq.migrate import migrate as apply_migrations, required_version
@@ -44,8 +45,10 @@ def main() -> None:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment; configures logging as a side effect."""
-    settings = Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    """Settings from the environment and the command's flags, this process's from now on
+    (:func:`jobq.settings.adopt`: its workers and library calls share this one read);
+    configures logging as a side effect."""
+    settings = jobq.settings.adopt(Settings.from_env(**{k: v for k, v in overrides.items() if v is not None}))
     logs.configure(log_format=settings.log_format, level=settings.log_level)
     return settings
 

@@ -190,6 +190,16 @@ def current() -> Settings:
     return settings
 
 
+def adopt(settings: Settings) -> Settings:
+    """Make ``settings`` what :func:`current` returns in this process (and the children it
+    forks from now on): a command that read the environment itself, with its flags as
+    overrides, reads it once, and library calls share that read. Returns ``settings``."""
+    global _current
+    with _current_lock:
+        _current = settings
+    return settings
+
+
 def reset() -> None:
     """Forget the settings :func:`current` read: its next call reads the environment again
     (for tests that change it; a running process has no reason to)."""

@@ -152,3 +152,11 @@ def test_current_keeps_nothing_after_a_bad_value(fresh_read, monkeypatch):
     assert caught.value.variable == "JOBQ_POLL_INTERVAL"
     monkeypatch.setenv("JOBQ_POLL_INTERVAL", "2")
     assert jobq.settings.current().poll_interval == 2
+
+
+def test_adopted_settings_are_what_current_returns(fresh_read, monkeypatch):
+    monkeypatch.setenv("JOBQ_POLL_INTERVAL", "7")
+    chosen = jobq.settings.adopt(Settings.from_env(concurrency=3))  # a command's flags over the environment
+    monkeypatch.setenv("JOBQ_POLL_INTERVAL", "9")
+    assert jobq.settings.current() is chosen
+    assert (chosen.concurrency, chosen.poll_interval) == (3, 7)
