@@ -12,7 +12,9 @@ import functools
 from datetime import datetime, timezone
 from typing import Any
 
-STATUSES = ("pending", "claimed", "running", "done", "failed", "dead")
+# "failed" is the seed's: no jobq process writes it, old clients may filter on it.
+STATUSES = ("pending", "claimed", "running", "done", "failed", "dead", "cancelled")
+FINISHED = ("done", "failed", "dead", "cancelled")
 
 
 class _Row:
@@ -75,6 +77,11 @@ class Job(_Row):
     # The fencing token of the current claim: the worker's proof, never shown by the API.
     lease: int | None = dataclasses.field(default=None, metadata={"private": True})
     idempotency_key: str | None = None
+    tags: list[str] | None = None
+    # The handler's last jobq.progress(): {"fraction", "message", "data", "at"}.
+    progress: dict[str, Any] | None = None
+    cancelled_by: str | None = None
+    retried_as: int | None = None  # the job a retry of this one created
 
 
 @dataclasses.dataclass(slots=True)
@@ -95,6 +102,8 @@ class DeadLetter(_Row):
     died_at: datetime
     replayed_at: datetime | None
     replayed_as: int | None
+    signature: str | None = None  # the error's cause, numbers and ids normalised
+    group_id: str | None = None  # of its group in jobq_dead_letter_groups: hash of type and signature
 
 
 def last_line(error: str | None) -> str:

@@ -36,11 +36,11 @@ from __future__ import annotations
 JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
-    "lease, idempotency_key"
+    "lease, idempotency_key, tags, progress, cancelled_by, retried_as"
 )
 DEAD_LETTER_COLUMNS = (
     "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
-    "worker_id, died_at, replayed_at, replayed_as"
+    "worker_id, died_at, replayed_at, replayed_as, signature, group_id"
 )
 
 # ---------------------------------------------------------------------------------------
@@ -534,3 +534,29 @@ MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(versio
 
 # DATABASE_PING: the database answers (readiness); touches no table.
 DATABASE_PING = "SELECT 1"
+
+# ---------------------------------------------------------------------------------------
+# Audit (jobq.audit)
+
+# AUDIT_INSERT: one operator action; no lock beyond the new row.
+AUDIT_INSERT = (
+    "INSERT INTO jobq_audit (actor, action, target, counts) "
+    "VALUES (%(actor)s, %(action)s, %(target)s::jsonb, %(counts)s::jsonb) RETURNING id"
+)
+
+# AUDIT_LIST: newest first (jobq_audit_at_idx), keyset: rows older than %(before)s (an
+# id; NULL for the first page).
+AUDIT_LIST = (
+    "SELECT id, at, actor, action, target, counts FROM jobq_audit "
+    "WHERE %(before)s::bigint IS NULL OR id < %(before)s ORDER BY at DESC, id DESC LIMIT %(limit)s"
+)
+
+# AUDIT_DELETE_BEFORE: the leader's pruning of rows older than JOBQ_AUDIT_RETENTION, a
+# batch at a time (jobq_audit_at_idx).
+AUDIT_DELETE_BEFORE = (
+    "DELETE FROM jobq_audit WHERE id IN (SELECT id FROM jobq_audit "
+    "WHERE at < now() - make_interval(secs => %(older_than)s) ORDER BY at LIMIT %(batch)s)"
+)
+
+# AUDIT_KEY_GET: the server-side key that API actors are an HMAC under (a table of one row).
+AUDIT_KEY_GET = "SELECT key FROM jobq_keys WHERE name = 'audit'"

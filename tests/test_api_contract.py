@@ -17,8 +17,10 @@ SEED_FIELDS = {
     "id", "type", "payload", "status", "priority", "attempt", "max_retries", "run_at", "claimed_at",
     "heartbeat_at", "completed_at", "result", "error", "worker_id", "created_at",
 }
-JOB_FIELDS = SEED_FIELDS | {"queue", "started_at", "errors", "idempotency_key"}
-STATUSES = ["pending", "claimed", "running", "done", "failed", "dead"]
+JOB_FIELDS = SEED_FIELDS | {
+    "queue", "started_at", "errors", "idempotency_key", "tags", "progress", "cancelled_by", "retried_as",
+}
+STATUSES = ["pending", "claimed", "running", "done", "failed", "dead", "cancelled"]
 SEED_METRICS = {
     "queue_depth", "active_workers", "jobs_per_second", "error_rate", "avg_execution_seconds", "total_jobs",
     "dead_letter_count",
@@ -50,8 +52,8 @@ def test_post_jobs_stores_every_field_and_reads_a_time_without_offset_as_utc(cli
 
 
 def test_unknown_top_level_fields_are_ignored_as_the_seed_did(client, conn):
-    response = client.post("/jobs", json={"type": "noop", "tags": ["a"], "timeout": 3})
-    assert response.status_code == 201 and "tags" not in response.get_json()
+    response = client.post("/jobs", json={"type": "noop", "labels": ["a"], "timeout": 3})
+    assert response.status_code == 201 and "labels" not in response.get_json()
     assert job_rows(conn) == 1
 
 
