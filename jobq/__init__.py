@@ -22,12 +22,14 @@ from jobq.submit import enqueue, enqueue_many
 from jobq.errors import (
     AlreadyReplayed,
     BadPayload,
+    Cancelled,
     Conflict,
     ConfigError,
     DatabaseUnavailable,
     DeadLetterNotFound,
     InvalidArgument,
     JobNotCancellable,
+    JobNotDeletable,
     JobNotFound,
     JobqError,
     NotFound,
@@ -36,7 +38,8 @@ from jobq.errors import (
 )
 from jobq.handlers.registry import register
 from jobq.job import STATUSES, DeadLetter, Job
-from jobq.ledger import cancel, counts, get, list_jobs
+from jobq.control import cancel, delete
+from jobq.ledger import counts, get, list_jobs
 
 __version__ = "0.1.0"
 
@@ -44,6 +47,7 @@ __all__ = [
     "STATUSES",
     "AlreadyReplayed",
     "BadPayload",
+    "Cancelled",
     "ConfigError",
     "Conflict",
     "DatabaseUnavailable",
@@ -52,12 +56,14 @@ __all__ = [
     "InvalidArgument",
     "Job",
     "JobNotCancellable",
+    "JobNotDeletable",
     "JobNotFound",
     "JobqError",
     "NotFound",
     "Overloaded",
     "UnknownJobType",
     "cancel",
+    "delete",
     "counts",
     "discard_dead",
     "enqueue",

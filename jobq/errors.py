@@ -50,11 +50,24 @@ class Conflict(JobqError):
     """The row exists but its state forbids the operation."""
 
 
-class JobNotCancellable(Conflict):
+class JobNotDeletable(Conflict):
     def __init__(self, job_id: int, status: str) -> None:
-        super().__init__(f"job {job_id} is {status}; only pending jobs can be cancelled")
+        super().__init__(f"job {job_id} is {status}; only pending jobs can be deleted")
         self.job_id = job_id
         self.status = status
+
+
+class JobNotCancellable(Conflict):
+    def __init__(self, job_id: int, status: str) -> None:
+        super().__init__(f"job {job_id} is {status}; only pending, claimed or running jobs can be cancelled")
+        self.job_id = job_id
+        self.status = status
+
+
+class Cancelled(BaseException):
+    """Raised inside a handler whose job was cancelled while it ran. A BaseException, so
+    that a handler's ``except Exception`` does not swallow it; a handler that catches it
+    to clean up should re-raise it (or return: the job ends cancelled either way)."""
 
 
 class AlreadyReplayed(Conflict):

@@ -1,4 +1,4 @@
-"""Reading the ledger and cancelling: ``get``, ``list_jobs``, ``cancel``, ``counts``."""
+"""Reading the ledger: ``get``, ``list_jobs``, ``counts``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from psycopg.rows import class_row
 
 from jobq import queries
 from jobq.db import Connection, connection
-from jobq.errors import InvalidArgument, JobNotCancellable, JobNotFound
+from jobq.errors import InvalidArgument, JobNotFound
 from jobq.job import STATUSES, Job
 
 DEFAULT_LIMIT = 50
@@ -88,19 +88,6 @@ def list_jobs(
                 query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
                 items = cur.execute(query, {**filters, "limit": wanted, "offset": offset}).fetchall()
     return Page(items, int(total), limit, offset)
-
-
-def cancel(job_id: int, *, conn: Connection | None = None) -> None:
-    """Delete a pending job. Raises :class:`JobNotFound`, or :class:`JobNotCancellable`
-    when the job is claimed, running or finished."""
-    check_id(job_id)
-    with connection(conn) as c:
-        if c.execute(queries.JOB_DELETE_IF_PENDING, {"id": job_id}).fetchone() is not None:
-            return
-        row = c.execute(queries.JOB_GET_STATUS, {"id": job_id}).fetchone()
-    if row is None:
-        raise JobNotFound(job_id)
-    raise JobNotCancellable(job_id, row[0])
 
 
 @dataclass(frozen=True)

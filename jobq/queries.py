@@ -138,12 +138,28 @@ JOB_LIST_FILTERS = {
     "created_after": "created_at > %(created_after)s",
 }
 
-# JOB_DELETE_IF_PENDING: cancel; guarded by status so a claimed job is never deleted
-# under its worker (the row lock makes a concurrent claim wait, then skip it).
+# JOB_DELETE_IF_PENDING: delete (jobq.delete, DELETE /jobs/{id}); guarded by status so a
+# claimed job is never deleted under its worker (the row lock makes a concurrent claim
+# wait, then skip it).
 JOB_DELETE_IF_PENDING = "DELETE FROM jobs WHERE id = %(id)s AND status = 'pending' RETURNING id"
 
-# JOB_GET_STATUS: why a cancel did not delete (absent, or in which status).
+# JOB_GET_STATUS: why a delete or a cancel changed nothing (absent, or in which status).
 JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
+
+# JOB_CANCEL_IF_UNFINISHED: pending|claimed|running -> cancelled for some ids, with
+# completed_at, who, and a new lease (a late outcome of the old run is a stale write).
+# Rows are locked in id order (primary key) and their status rechecked on the latest
+# version, so a cancel racing an outcome leaves exactly one of them. An in-flight job's
+# cancel is announced on the jobq_control channel ('cancel <id>'), where the
+# maintenance process of every host hears it and stops the run. Returns each changed
+# id with its status before.
+JOB_CANCEL_IF_UNFINISHED = (
+    "WITH target AS (SELECT id, status FROM jobs WHERE id = ANY(%(ids)s::bigint[]) "
+    "AND status IN ('pending', 'claimed', 'running') ORDER BY id FOR UPDATE), "
+    "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s, "
+    "lease = nextval('jobs_lease_seq') FROM target WHERE j.id = target.id RETURNING j.id, target.status AS was) "
+    "SELECT id, was, CASE WHEN was <> 'pending' THEN pg_notify('jobq_control', 'cancel ' || id) END FROM cancelled"
+)
 
 # COUNTERS_GET: exact depth per (queue, type, status) and monotonic totals, summed over
 # the slots of job_counters (applications' 0..15, one per jobq session from 16: a small

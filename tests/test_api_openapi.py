@@ -47,7 +47,7 @@ def test_the_job_body_is_documented_from_the_model_that_validates_it(client):
 def test_every_route_is_documented_with_its_errors(client):
     paths = client.get("/openapi.json").get_json()["paths"]
     assert set(paths) == {
-        "/jobs", "/jobs/batch", "/jobs/{job_id}", "/dead-letter", "/dead-letter/{dead_letter_id}",
+        "/jobs", "/jobs/batch", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/dead-letter", "/dead-letter/{dead_letter_id}",
         "/dead-letter/{dead_letter_id}/replay", "/metrics", "/metrics/prometheus", "/health", "/ready",
     }
     for path, operations in paths.items():

@@ -136,5 +136,5 @@ def test_a_key_repeated_within_one_batch_is_refused(conn):
 
 def test_a_key_is_free_again_once_its_job_is_gone(conn):
     first = jobq.enqueue("noop", idempotency_key="k", conn=conn)
-    jobq.cancel(first.id, conn=conn)
+    jobq.delete(first.id, conn=conn)
     assert jobq.enqueue("noop", idempotency_key="k", conn=conn).id != first.id

@@ -5,7 +5,7 @@ import pytest
 
 import jobq
 from jobq import claims
-from jobq.errors import InvalidArgument, JobNotCancellable, JobNotFound
+from jobq.errors import InvalidArgument, JobNotDeletable, JobNotFound
 from support import claim, complete, drain, fail, settle
 
 pytestmark = pytest.mark.db
@@ -24,14 +24,14 @@ def test_get_refuses_ids_that_cannot_exist(conn, bad):
 
 def test_cancel_deletes_a_pending_job(conn):
     job = jobq.enqueue("noop", conn=conn)
-    jobq.cancel(job.id, conn=conn)
+    jobq.delete(job.id, conn=conn)
     with pytest.raises(JobNotFound):
         jobq.get(job.id, conn=conn)
 
 
 def test_cancel_of_a_missing_job_raises_not_found(conn):
     with pytest.raises(JobNotFound):
-        jobq.cancel(999, conn=conn)
+        jobq.delete(999, conn=conn)
 
 
 @pytest.mark.parametrize("status", ["claimed", "running", "done", "dead"])
@@ -39,8 +39,8 @@ def test_cancel_refuses_a_job_that_is_not_pending(conn, status):
     job = jobq.enqueue("noop", max_retries=0, conn=conn)
     (claimed,) = claim(conn)
     settle(conn, claimed, status)
-    with pytest.raises(JobNotCancellable) as caught:
-        jobq.cancel(job.id, conn=conn)
+    with pytest.raises(JobNotDeletable) as caught:
+        jobq.delete(job.id, conn=conn)
     assert caught.value.status == status
     assert jobq.get(job.id, conn=conn).status == status
 
@@ -123,7 +123,7 @@ def test_counters_are_exact_after_a_mixed_run(conn):
         if rng.random() < 0.3:
             pending = jobq.list_jobs(status="pending", limit=1, conn=conn).items
             if pending:
-                jobq.cancel(pending[0].id, conn=conn)
+                jobq.delete(pending[0].id, conn=conn)
     claims.start(conn, (running := claim(conn, 3)), [0.0] * len(running)).result()
     counts = jobq.counts(conn=conn)
     assert {k: v for k, v in counts.depth.items() if v} == actual_depth(conn)

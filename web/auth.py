@@ -11,6 +11,9 @@ from flask import request
 from werkzeug.datastructures import WWWAuthenticate
 from werkzeug.exceptions import Unauthorized
 
+from jobq import audit
+from jobq.db import Connection
+
 
 def bearer_guard(token: str, open_endpoints: Collection[str]) -> Callable[[], None]:
     """A ``before_request`` hook that raises 401 unless the request carries ``token``
@@ -25,3 +28,10 @@ def bearer_guard(token: str, open_endpoints: Collection[str]) -> Callable[[], No
             raise Unauthorized("missing or invalid bearer token", www_authenticate=WWWAuthenticate("bearer"))
 
     return check
+
+
+def request_actor(conn: Connection) -> str:
+    """Who the current request acts as, for the audit trail: an HMAC of its bearer token
+    (:func:`jobq.audit.api_actor`), never the token."""
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return audit.api_actor(conn, given.strip() if scheme.lower() == "bearer" else None)

@@ -1,4 +1,5 @@
-"""``/jobs``: enqueue (one or a batch), read, list and cancel jobs."""
+"""``/jobs``: enqueue (one or a batch), read, list and delete jobs (the actions on one
+job are :mod:`web.job_actions`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import jobq
 from jobq.errors import InvalidArgument
 from jobq.submit import submit
 from web import jsonio
+from web.auth import request_actor
 from web.blueprints import header_parameters, resource
 from web.context import api
 from web.schemas import (
@@ -74,11 +76,12 @@ def list_jobs(query: JobListQuery) -> dict:
 
 
 @jobs.delete("/jobs/<int:job_id>", responses={204: None, 400: Error, 404: Error, 409: Error})
-def cancel_job(path: JobPath) -> tuple[str, int]:
-    """Cancel a pending job: it is deleted. 409 once it is claimed, running or finished."""
+def delete_job(path: JobPath) -> tuple[str, int]:
+    """Delete a pending job. 409 once it is claimed, running or finished (cancel it instead)."""
     with api().database.connection() as conn:
-        jobq.cancel(path.job_id, conn=conn)
+        jobq.delete(path.job_id, actor=request_actor(conn), conn=conn)
     return "", 204
+
 
 
 def _idempotency_key() -> str | None:
