@@ -1,6 +1,9 @@
-"""Acting on single jobs: ``cancel`` (pending, claimed or running) and ``delete``
-(pending only). Each action is recorded in the audit trail (:mod:`jobq.audit`) in the
-same transaction.
+"""Acting on single jobs: ``cancel`` (pending, claimed or running), ``delete`` (pending
+only), ``retry`` (dead or cancelled: a new pending job) and ``run_now`` (pending and
+scheduled later: due now). Each action is recorded in the audit trail
+(:mod:`jobq.audit`) in the same transaction. The ``*_ids`` functions are the same
+changes for many jobs at once, without an audit row: bulk operations
+(:mod:`jobq.operations`) call them chunk by chunk.
 
 Cancelling a running job is two steps: this module marks the row cancelled (with a
 new lease, so whatever the run still writes is a stale write) and announces it on the
@@ -14,7 +17,8 @@ from __future__ import annotations
 
 from jobq import audit, queries
 from jobq.db import Connection, connection
-from jobq.errors import JobNotCancellable, JobNotDeletable, JobNotFound
+from jobq.errors import AlreadyRetried, JobBusy, JobNotCancellable, JobNotDeletable, JobNotFound
+from jobq.errors import JobNotRetryable, JobNotScheduled
 from jobq.job import Job
 from jobq.ledger import check_id, get
 
@@ -53,8 +57,68 @@ def delete(job_id: int, *, actor: str | None = None, conn: Connection | None = N
         audit.record(c, actor or audit.library_actor(), "delete", {"id": job_id}, {"changed": 1})
 
 
-def _refuse(conn: Connection, job_id: int, conflict: type[JobNotCancellable] | type[JobNotDeletable]) -> None:
+def _refuse(
+    conn: Connection, job_id: int, conflict: type[JobNotCancellable] | type[JobNotDeletable] | type[JobNotScheduled]
+) -> None:
     row = conn.execute(queries.JOB_GET_STATUS, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFound(job_id)
     raise conflict(job_id, row[0])
+
+
+def retry(job_id: int, *, actor: str | None = None, conn: Connection | None = None) -> Job:
+    """A new pending job from a dead or cancelled one, which records it (``retried_as``);
+    returns the new job. A dead job's new job is the replay of its dead letter (as
+    :func:`jobq.replay`: the letter records it too); a cancelled job's is a copy (type,
+    queue, payload, priority, retries, tags). Once only: raises :class:`AlreadyRetried`
+    naming the job it was retried as (also when its letter was replayed), and
+    :class:`JobNotFound`, :class:`JobNotRetryable` (any other status) or
+    :class:`JobBusy`. Commits on its own connection; on ``conn``, the caller commits."""
+    check_id(job_id)
+    actor = actor or audit.library_actor()
+    with connection(conn) as c, c.transaction():
+        new_ids = retry_ids(c, [job_id])
+        if not new_ids:
+            _refuse_retry(c, job_id)
+        audit.record(c, actor, "retry", {"id": job_id}, {"changed": 1, "retried_as": new_ids[job_id]})
+        return get(new_ids[job_id], conn=c)
+
+
+def retry_ids(conn: Connection, ids: list[int]) -> dict[int, int]:
+    """Retry those of ``ids`` that are dead or cancelled and not retried yet (skipping
+    rows another session holds), in the caller's transaction; returns each retried id
+    with its new job's id."""
+    return dict(conn.execute(queries.JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY, {"ids": ids}).fetchall())
+
+
+def run_now(job_id: int, *, actor: str | None = None, conn: Connection | None = None) -> Job:
+    """Make a pending job scheduled in the future due now (idle workers of its queue are
+    woken); returns it. Raises :class:`JobNotFound`, or :class:`JobNotScheduled` for a
+    job already due or not pending."""
+    check_id(job_id)
+    actor = actor or audit.library_actor()
+    with connection(conn) as c, c.transaction():
+        if not run_now_ids(c, [job_id]):
+            _refuse(c, job_id, JobNotScheduled)
+        audit.record(c, actor, "run_now", {"id": job_id}, {"changed": 1})
+        return get(job_id, conn=c)
+
+
+def run_now_ids(conn: Connection, ids: list[int]) -> list[int]:
+    """Make those of ``ids`` that are pending and scheduled later due now (skipping rows
+    another session holds), in the caller's transaction; returns the ids changed."""
+    return [row[0] for row in conn.execute(queries.JOB_RUN_NOW_IF_SCHEDULED, {"ids": ids})]
+
+
+def _refuse_retry(conn: Connection, job_id: int) -> None:
+    row = conn.execute(queries.JOB_GET_RETRY_STATE, {"id": job_id}).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    status, retried_as, letter_replayed, replayed_as = row
+    if retried_as is not None:
+        raise AlreadyRetried(job_id, retried_as)
+    if letter_replayed:
+        raise AlreadyRetried(job_id, replayed_as)
+    if status not in ("dead", "cancelled"):
+        raise JobNotRetryable(job_id, status)
+    raise JobBusy(job_id)

@@ -46,6 +46,18 @@ class DeadLetterNotFound(NotFound):
         self.dead_letter_id = dead_letter_id
 
 
+class OperationNotFound(NotFound):
+    def __init__(self, operation_id: int) -> None:
+        super().__init__(f"operation {operation_id} not found")
+        self.operation_id = operation_id
+
+
+class DeadLetterGroupNotFound(NotFound):
+    def __init__(self, group_id: str) -> None:
+        super().__init__(f"dead-letter group {group_id} not found")
+        self.group_id = group_id
+
+
 class Conflict(JobqError):
     """The row exists but its state forbids the operation."""
 
@@ -62,6 +74,36 @@ class JobNotCancellable(Conflict):
         super().__init__(f"job {job_id} is {status}; only pending, claimed or running jobs can be cancelled")
         self.job_id = job_id
         self.status = status
+
+
+class JobNotRetryable(Conflict):
+    def __init__(self, job_id: int, status: str) -> None:
+        super().__init__(f"job {job_id} is {status}; only dead or cancelled jobs can be retried")
+        self.job_id = job_id
+        self.status = status
+
+
+class AlreadyRetried(Conflict):
+    def __init__(self, job_id: int, retried_as: int | None) -> None:
+        super().__init__(f"job {job_id} was already retried as job {retried_as}")
+        self.job_id = job_id
+        self.retried_as = retried_as
+
+
+class JobNotScheduled(Conflict):
+    def __init__(self, job_id: int, status: str) -> None:
+        what = "already due" if status == "pending" else status
+        super().__init__(f"job {job_id} is {what}; only pending jobs scheduled in the future can be run now")
+        self.job_id = job_id
+        self.status = status
+
+
+class JobBusy(Conflict):
+    """Another transaction holds the job's row (a claim or an action in flight)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} is being changed by another session; try again")
+        self.job_id = job_id
 
 
 class Cancelled(BaseException):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from psycopg import sql
@@ -14,11 +14,11 @@ from psycopg.rows import class_row
 from jobq import queries
 from jobq.db import Connection, connection
 from jobq.errors import InvalidArgument, JobNotFound
+from jobq.filters import MAX_ID, parse_filter
 from jobq.job import STATUSES, Job
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-MAX_ID = 2**63 - 1
 
 Row = TypeVar("Row")
 
@@ -58,35 +58,41 @@ def list_jobs(
     created_after: datetime | None = None,
     limit: int = DEFAULT_LIMIT,
     offset: int = 0,
+    tag: str | None = None,
+    ids: list[int] | None = None,
+    created_before: datetime | None = None,
+    error: str | None = None,
     conn: Connection | None = None,
 ) -> Page[Job]:
-    """Jobs newest first (created_at, then id), filtered, one page at a time.
+    """Jobs newest first (created_at, then id), filtered (:class:`jobq.filters.JobFilter`:
+    every criterion given must hold), one page at a time.
 
-    ``created_after`` is strict. ``status`` may be any of the six statuses. Raises
-    :class:`InvalidArgument` naming a bad filter, limit (1-500) or offset (>= 0).
+    ``created_after`` and ``created_before`` are strict; without an offset they mean
+    UTC. ``status`` may be any of the seven statuses. ``error`` is a substring of the
+    last error, any case. Raises :class:`InvalidArgument` naming a bad filter, limit
+    (1-500) or offset (>= 0).
     """
-    if status is not None and status not in STATUSES:
-        raise InvalidArgument("status", f"must be one of {', '.join(STATUSES)}")
+    job_filter = parse_filter(
+        {"status": status, "type": type, "queue": queue, "tag": tag, "ids": ids,
+         "created_after": created_after, "created_before": created_before, "error": error}
+    )
     check_page(limit, offset)
-    if created_after is not None and created_after.tzinfo is None:
-        created_after = created_after.replace(tzinfo=timezone.utc)
-    filters = {"status": status, "type": type, "queue": queue, "created_after": created_after}
-    where = _where(filters)
+    where, params = job_filter.where(), job_filter.params()
     with connection(conn) as c:
-        if type is None and created_after is None:
+        if set(job_filter.given()) <= {"status", "queue"}:
             # The total is exact from the counters; it also bounds the scan: a page never
             # asks for more rows than exist (a rare status stops as soon as all are found,
             # one that has none is not searched at all).
             total = _total_from_counters(c, status=status, queue=queue)
             wanted = max(0, min(limit, total - offset))
         else:
-            total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, filters).fetchone()[0]  # type: ignore[index]
+            total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
             wanted = limit
         items: list[Job] = []
         if wanted:
             with c.cursor(row_factory=class_row(Job)) as cur:
                 query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
-                items = cur.execute(query, {**filters, "limit": wanted, "offset": offset}).fetchall()
+                items = cur.execute(query, {**params, "limit": wanted, "offset": offset}).fetchall()
     return Page(items, int(total), limit, offset)
 
 
@@ -132,13 +138,6 @@ def check_page(limit: Any, offset: Any) -> None:
         raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_LIMIT}")
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_ID:
         raise InvalidArgument("offset", "must be a non-negative integer")
-
-
-def _where(filters: dict[str, Any]) -> sql.Composable:
-    clauses = [sql.SQL(queries.JOB_LIST_FILTERS[name]) for name, value in filters.items() if value is not None]
-    if not clauses:
-        return sql.SQL("")
-    return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
 
 
 def _total_from_counters(conn: Connection, *, status: str | None, queue: str | None) -> int:

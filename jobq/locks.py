@@ -23,3 +23,20 @@ def key(namespace: int, value: int) -> int:
         raise ValueError(f"advisory value must fit in {ID_BITS} bits, got {value}")
     unsigned = (namespace << ID_BITS) | value
     return unsigned - (1 << 64) if unsigned >= 1 << 63 else unsigned
+
+
+OPERATION_CLASS = 1  # added to the namespace's high word in an operation's key; the counter slots use 0
+
+
+def operation_key(namespace: int, operation_id: int) -> tuple[int, int]:
+    """The two-integer advisory key of bulk operation ``operation_id``'s runner:
+    ``(namespace << 16 | 1, id)`` as signed 32-bit integers. Two-integer keys are a key
+    space apart from the bigint keys of jobs, so operation 17 never meets job 17; ids
+    past 2**32 wrap (two operations that far apart never run at once)."""
+    if not 0 <= namespace <= 0xFFFF:
+        raise ValueError(f"advisory namespace must be 0..65535, got {namespace}")
+    return _int32((namespace << 16) | OPERATION_CLASS), _int32(operation_id & 0xFFFFFFFF)
+
+
+def _int32(unsigned: int) -> int:
+    return unsigned - (1 << 32) if unsigned >= 1 << 31 else unsigned

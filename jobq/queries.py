@@ -49,9 +49,9 @@ DEAD_LETTER_COLUMNS = (
 # JOB_INSERT: one row; ON CONFLICT leaves an existing idempotency key's job alone
 # (jobs_idempotency_key_idx) and returns nothing, so the caller reads that job instead.
 JOB_INSERT = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key) "
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags) "
     "VALUES (%(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(max_retries)s, "
-    "coalesce(%(run_at)s, now()), %(idempotency_key)s) "
+    "coalesce(%(run_at)s, now()), %(idempotency_key)s, %(tags)s::text[]) "
     "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
     "RETURNING " + JOB_COLUMNS
 )
@@ -64,18 +64,19 @@ JOB_IDS_RESERVE = (
 
 # JOB_COPY: many rows without idempotency keys, with the reserved ids; the statement-
 # level trigger counts them and sends one wake-up per queue.
-JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at) FROM STDIN"
+JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, tags) FROM STDIN"
 
 # JOB_INSERT_MANY: many rows, some with idempotency keys, from parallel arrays in one
 # statement; returns what the caller cannot know (id, run_at and created_at defaults).
-# Same idempotency rule as JOB_INSERT.
+# Same idempotency rule as JOB_INSERT. Each job's tags travel as one array literal
+# (tag arrays differ in length, and a PostgreSQL array of arrays cannot).
 JOB_INSERT_MANY = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key) "
-    "SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key "
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags) "
+    "SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, tags::text[] "
     "FROM unnest(%(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
     "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[], "
-    "%(idempotency_keys)s::text[]) "
-    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key) "
+    "%(idempotency_keys)s::text[], %(tags)s::text[]) "
+    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags) "
     "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
     "RETURNING id, idempotency_key, run_at, created_at"
 )
@@ -86,13 +87,13 @@ JOB_INSERT_MANY = (
 # jobs_pkey). Guarded by the sequence: inserts nothing if the highest id (last_id) is
 # above what the sequence has handed out, i.e. it was restarted (TRUNCATE ... RESTART
 # IDENTITY) since the reservation and would hand those ids out again. Returns the
-# defaults the caller cannot know.
+# defaults the caller cannot know. Tags as in JOB_INSERT_MANY.
 JOB_INSERT_RESERVED_ROWS = (
-    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at) "
-    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()) "
+    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags) "
+    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[] "
     "FROM unnest(%(ids)s::bigint[], %(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
-    "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[]) "
-    "AS j(id, type, queue, payload, priority, max_retries, run_at) "
+    "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[], %(tags)s::text[]) "
+    "AS j(id, type, queue, payload, priority, max_retries, run_at, tags) "
 )
 JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
     "WHERE %(last_id)s::bigint <= (SELECT pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass)) "
@@ -127,15 +128,22 @@ JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
 JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
 
-# JOB_LIST_FILTERS: a listing's WHERE clauses by filter name; jobq.ledger joins those
-# given with AND. type walks jobs_type_created_idx, status 'dead' jobs_dead_created_idx;
-# another status and queue filter the walk of jobs_created_idx (no full index on either,
-# see 0001_jobs.sql); created_after bounds whichever walk it is.
+# JOB_LIST_FILTERS: the WHERE clauses of a filter (jobq.filters) by field name, for
+# listings, dry runs and bulk operations; jobq.filters joins those given with AND. type
+# walks jobs_type_created_idx, status 'dead' jobs_dead_created_idx; another status and
+# queue filter the walk of jobs_created_idx (no full index on either, see 0001_jobs.sql);
+# created_after and created_before bound whichever walk it is. tag can use
+# jobs_tags_idx (GIN, partial: @> implies tags IS NOT NULL); ids jobs_pkey. error is
+# an ILIKE pattern that jobq.filters makes from the substring, its wildcards escaped.
 JOB_LIST_FILTERS = {
     "status": "status = %(status)s",
     "type": "type = %(type)s",
     "queue": "queue = %(queue)s",
+    "tag": "tags @> ARRAY[%(tag)s::text]",
+    "ids": "id = ANY(%(ids)s::bigint[])",
     "created_after": "created_at > %(created_after)s",
+    "created_before": "created_at < %(created_before)s",
+    "error": "error ILIKE %(error)s",
 }
 
 # JOB_DELETE_IF_PENDING: delete (jobq.delete, DELETE /jobs/{id}); guarded by status so a
@@ -406,15 +414,19 @@ DEAD_LETTER_LIST_ORDER = " ORDER BY died_at DESC, id DESC LIMIT %(limit)s OFFSET
 # (dead_letter_jobs_type_died_idx).
 DEAD_LETTER_LIST_FILTER_TYPE = "type = %(type)s"
 
-# DEAD_LETTER_REPLAY_IF_NOT_REPLAYED: a new pending job from a dead-letter row, recorded
-# on that row, in one statement; the row lock (FOR UPDATE) and the replayed_at guard
-# make a second replay find nothing.
+# DEAD_LETTER_REPLAY_IF_NOT_REPLAYED: a new pending job from a dead-letter row (with the
+# original job's tags), recorded on that row and on the original job (retried_as, if
+# retention has not deleted it), in one statement; the row lock (FOR UPDATE) and the
+# replayed_at guard make a second replay find nothing.
 DEAD_LETTER_REPLAY_IF_NOT_REPLAYED = (
     "WITH dl AS (SELECT * FROM dead_letter_jobs WHERE id = %(id)s AND replayed_at IS NULL FOR UPDATE), "
-    "job AS (INSERT INTO jobs (type, queue, payload, priority, max_retries) "
-    "SELECT type, queue, payload, priority, max_retries FROM dl RETURNING " + JOB_COLUMNS + "), "
+    "job AS (INSERT INTO jobs (type, queue, payload, priority, max_retries, tags) "
+    "SELECT type, queue, payload, priority, max_retries, (SELECT tags FROM jobs WHERE jobs.id = dl.original_id) "
+    "FROM dl RETURNING " + JOB_COLUMNS + "), "
     "mark AS (UPDATE dead_letter_jobs AS d SET replayed_at = now(), replayed_as = job.id "
-    "FROM job WHERE d.id = %(id)s) "
+    "FROM job WHERE d.id = %(id)s), "
+    "original AS (UPDATE jobs AS o SET retried_as = job.id FROM dl, job "
+    "WHERE o.id = dl.original_id AND o.retried_as IS NULL) "
     "SELECT " + JOB_COLUMNS + " FROM job"
 )
 
@@ -576,3 +588,169 @@ AUDIT_DELETE_BEFORE = (
 
 # AUDIT_KEY_GET: the server-side key that API actors are an HMAC under (a table of one row).
 AUDIT_KEY_GET = "SELECT key FROM jobq_keys WHERE name = 'audit'"
+
+# ---------------------------------------------------------------------------------------
+# Single-job actions (jobq.control: retry and run now; cancel and delete are above)
+
+# JOB_RUN_NOW_IF_SCHEDULED: pending jobs due in the future become due now, for some ids;
+# rows locked in id order (primary key), skipping those another session holds (SKIP
+# LOCKED: a claim in flight), status and run_at rechecked on the latest version. The
+# jobs' update trigger wakes the workers of their queues. Returns the ids changed.
+JOB_RUN_NOW_IF_SCHEDULED = (
+    "WITH target AS (SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending' "
+    "AND run_at > now() ORDER BY id FOR UPDATE SKIP LOCKED) "
+    "UPDATE jobs AS j SET run_at = now() FROM target WHERE j.id = target.id RETURNING j.id"
+)
+
+# JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY: for some ids, a new pending job for each dead or
+# cancelled job not retried yet, in one statement. A dead job's new job is the replay of
+# its dead letter (its type, queue, payload, priority, retries; the letter records
+# replayed_at and replayed_as); a job without a letter (cancelled, or its letter
+# discarded) is copied from its row. Tags come from the job. Each new id is taken from
+# the identity sequence first (nextval), so that the new job, the letter and the
+# original (retried_as) are linked in the same statement. Locks: the jobs in id order
+# (primary key), then their letters (dead_letter_jobs_original_id_key), both SKIP
+# LOCKED: a job or letter another session holds (a single replay in flight) is left
+# alone and not retried, never waited for. Guards: status, retried_as IS NULL, and a
+# letter not replayed. Returns (original id, new id).
+JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY = (
+    "WITH j AS MATERIALIZED (SELECT id, type, queue, payload, priority, max_retries, tags FROM jobs "
+    "WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('dead', 'cancelled') AND retried_as IS NULL "
+    "ORDER BY id FOR UPDATE SKIP LOCKED), "
+    "d AS MATERIALIZED (SELECT id, original_id, type, queue, payload, priority, max_retries FROM dead_letter_jobs "
+    "WHERE original_id IN (SELECT id FROM j) AND replayed_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED), "
+    "src AS MATERIALIZED (SELECT j.id AS original_id, d.id AS letter_id, "
+    "nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id, coalesce(d.type, j.type) AS type, "
+    "coalesce(d.queue, j.queue) AS queue, coalesce(d.payload, j.payload) AS payload, "
+    "coalesce(d.priority, j.priority) AS priority, coalesce(d.max_retries, j.max_retries) AS max_retries, j.tags "
+    "FROM j LEFT JOIN d ON d.original_id = j.id "
+    "WHERE d.id IS NOT NULL OR NOT EXISTS (SELECT FROM dead_letter_jobs AS x WHERE x.original_id = j.id)), "
+    "created AS (INSERT INTO jobs (id, type, queue, payload, priority, max_retries, tags) "
+    "SELECT new_id, type, queue, payload, priority, max_retries, tags FROM src ORDER BY new_id), "
+    "letters AS (UPDATE dead_letter_jobs AS l SET replayed_at = now(), replayed_as = src.new_id "
+    "FROM src WHERE l.id = src.letter_id), "
+    "originals AS (UPDATE jobs AS o SET retried_as = src.new_id FROM src WHERE o.id = src.original_id) "
+    "SELECT original_id, new_id FROM src"
+)
+
+# JOB_GET_RETRY_STATE: why a retry changed nothing: the job's status, the job it was
+# retried as, and its dead letter's replay (jobs_pkey, dead_letter_jobs_original_id_key).
+JOB_GET_RETRY_STATE = (
+    "SELECT j.status, j.retried_as, d.id IS NOT NULL AND d.replayed_at IS NOT NULL, d.replayed_as "
+    "FROM jobs AS j LEFT JOIN dead_letter_jobs AS d ON d.original_id = j.id WHERE j.id = %(id)s"
+)
+
+# ---------------------------------------------------------------------------------------
+# Bulk operations (jobq.operations)
+
+OPERATION_COLUMNS = (
+    "id, action, target, params, actor, state, matched, changed, skipped, cursor, error, "
+    "created_at, heartbeat_at, finished_at"
+)
+
+# OPERATION_INSERT: a bulk operation, recorded running before its first change.
+OPERATION_INSERT = (
+    "INSERT INTO jobq_operations (action, target, params, actor) "
+    "VALUES (%(action)s, %(target)s::jsonb, %(params)s::jsonb, %(actor)s) RETURNING " + OPERATION_COLUMNS
+)
+
+# OPERATION_GET: one operation by primary key, no lock.
+OPERATION_GET = "SELECT " + OPERATION_COLUMNS + " FROM jobq_operations WHERE id = %(id)s"
+
+# OPERATION_LIST_RUNNING: the ids of running operations (jobq_operations_running_idx),
+# oldest first; whether their runner is gone is then asked of their advisory locks.
+OPERATION_LIST_RUNNING = "SELECT id FROM jobq_operations WHERE state = 'running' ORDER BY id"
+
+# OPERATION_TRY_LOCK / OPERATION_LOCK / OPERATION_UNLOCK: the session advisory lock of
+# one operation's runner, a two-integer key (jobq.locks.operation_key), a key space
+# apart from the jobs' bigint keys. Touch no table.
+OPERATION_TRY_LOCK = "SELECT pg_try_advisory_lock(%(high)s, %(low)s)"
+OPERATION_LOCK = "SELECT pg_advisory_lock(%(high)s, %(low)s)"
+OPERATION_UNLOCK = "SELECT pg_advisory_unlock(%(high)s, %(low)s)"
+
+# OPERATION_ADVANCE_IF_AT_CURSOR: one chunk done, in the chunk's own transaction: the
+# cursor moves past it and the counts grow. Guarded by state and by the cursor the
+# chunk started from (primary key; the row lock orders two runners, the advisory lock
+# keeps there from being two). Returns the row, or nothing if the guard failed.
+OPERATION_ADVANCE_IF_AT_CURSOR = (
+    "UPDATE jobq_operations SET cursor = %(next)s, matched = matched + %(matched)s, "
+    "changed = changed + %(changed)s, skipped = skipped + %(skipped)s, heartbeat_at = now() "
+    "WHERE id = %(id)s AND state = 'running' AND cursor = %(cursor)s RETURNING " + OPERATION_COLUMNS
+)
+
+# OPERATION_FINISH_IF_RUNNING: running -> done | failed (with the error), guarded by state.
+OPERATION_FINISH_IF_RUNNING = (
+    "UPDATE jobq_operations SET state = %(state)s, error = %(error)s, finished_at = now(), heartbeat_at = now() "
+    "WHERE id = %(id)s AND state = 'running' RETURNING " + OPERATION_COLUMNS
+)
+
+# JOB_GET_LAST_ID / DEAD_LETTER_GET_LAST_ID: the newest id (the primary key's last
+# entry): an operation acts on the rows that existed when it started, up to this id.
+JOB_GET_LAST_ID = "SELECT coalesce(max(id), 0) FROM jobs"
+DEAD_LETTER_GET_LAST_ID = "SELECT coalesce(max(id), 0) FROM dead_letter_jobs"
+
+# JOB_CHUNK_SELECT / JOB_CHUNK_ORDER: the ids of the next chunk of a filter's jobs
+# after the cursor and up to the operation's last id, in id order (a forward walk of
+# jobs_pkey, or the filter's index and a sort), no lock; jobq.operations puts the
+# filter's clauses (JOB_LIST_FILTERS) between.
+JOB_CHUNK_SELECT = "SELECT id FROM jobs WHERE id > %(cursor)s AND id <= %(last_id)s"
+JOB_CHUNK_ORDER = " ORDER BY id LIMIT %(chunk)s"
+
+# JOB_DELETE_IF_NOT_IN_FLIGHT: bulk delete; pending or finished jobs of some ids, never
+# claimed or running ones. Rows locked in id order (primary key), skipping those
+# another session holds (SKIP LOCKED), status rechecked on the latest version.
+JOB_DELETE_IF_NOT_IN_FLIGHT = (
+    "WITH target AS (SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status NOT IN ('claimed', 'running') "
+    "ORDER BY id FOR UPDATE SKIP LOCKED) "
+    "DELETE FROM jobs AS j USING target WHERE j.id = target.id RETURNING j.id"
+)
+
+# JOB_SET_PRIORITY_IF_PENDING: bulk priority change of pending jobs of some ids (the
+# only ones whose priority still matters), those already at it left alone; same locks.
+JOB_SET_PRIORITY_IF_PENDING = (
+    "WITH target AS (SELECT id FROM jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'pending' "
+    "AND priority <> %(priority)s ORDER BY id FOR UPDATE SKIP LOCKED) "
+    "UPDATE jobs AS j SET priority = %(priority)s FROM target WHERE j.id = target.id RETURNING j.id"
+)
+
+# DEAD_LETTER_GROUP_EXISTS: whether a group of dead letters is known (its primary key).
+DEAD_LETTER_GROUP_EXISTS = "SELECT EXISTS (SELECT FROM jobq_dead_letter_groups WHERE id = %(id)s)"
+
+# DEAD_LETTER_GROUP_COUNT_WAITING: a group's letters not replayed (the triggers keep it).
+DEAD_LETTER_GROUP_COUNT_WAITING = "SELECT count FROM jobq_dead_letter_groups WHERE id = %(id)s"
+
+# DEAD_LETTER_CHUNK_OF_GROUP: the ids of the next chunk of a group's letters not
+# replayed after the cursor and up to the operation's last id, in id order
+# (dead_letter_jobs_group_waiting_idx), no lock.
+DEAD_LETTER_CHUNK_OF_GROUP = (
+    "SELECT id FROM dead_letter_jobs WHERE group_id = %(group_id)s AND replayed_at IS NULL "
+    "AND id > %(cursor)s AND id <= %(last_id)s ORDER BY id LIMIT %(chunk)s"
+)
+
+# DEAD_LETTER_REPLAY_IF_WAITING: a group replay's chunk: a new pending job for each
+# letter of some ids not replayed yet (the letter's fields, the original job's tags),
+# the letter marked replayed as it and the original job (if retention has not deleted
+# it) retried as it, all in one statement, the new ids taken first (nextval). Letters
+# locked in id order skipping held ones (SKIP LOCKED); the originals' rows are then
+# locked by the update (a job retry takes a job, then skips a held letter: no cycle).
+DEAD_LETTER_REPLAY_IF_WAITING = (
+    "WITH d AS MATERIALIZED (SELECT id, original_id, type, queue, payload, priority, max_retries FROM dead_letter_jobs "
+    "WHERE id = ANY(%(ids)s::bigint[]) AND replayed_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED), "
+    "src AS MATERIALIZED (SELECT d.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id, "
+    "(SELECT tags FROM jobs WHERE jobs.id = d.original_id) AS tags FROM d), "
+    "created AS (INSERT INTO jobs (id, type, queue, payload, priority, max_retries, tags) "
+    "SELECT new_id, type, queue, payload, priority, max_retries, tags FROM src ORDER BY new_id), "
+    "letters AS (UPDATE dead_letter_jobs AS l SET replayed_at = now(), replayed_as = src.new_id "
+    "FROM src WHERE l.id = src.id), "
+    "originals AS (UPDATE jobs AS o SET retried_as = src.new_id FROM src "
+    "WHERE o.id = src.original_id AND o.retried_as IS NULL) "
+    "SELECT id, new_id FROM src"
+)
+
+# DEAD_LETTER_DISCARD_IF_WAITING: a group discard's chunk: delete the letters of some
+# ids not replayed, locked in id order, skipping held ones (SKIP LOCKED).
+DEAD_LETTER_DISCARD_IF_WAITING = (
+    "WITH target AS (SELECT id FROM dead_letter_jobs WHERE id = ANY(%(ids)s::bigint[]) AND replayed_at IS NULL "
+    "ORDER BY id FOR UPDATE SKIP LOCKED) "
+    "DELETE FROM dead_letter_jobs AS d USING target WHERE d.id = target.id RETURNING d.id"
+)

@@ -23,12 +23,15 @@ MAX_TYPE_LENGTH = 200
 MAX_QUEUE_LENGTH = 100
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 MAX_PAYLOAD_DEPTH = 64
+MAX_TAGS = 20
+MAX_TAG_LENGTH = 100
 
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_QUEUE = "default"
 
 Name = Annotated[StrictStr, Field(min_length=1)]
+Tag = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TAG_LENGTH)]
 
 
 class JsonObject(dict):  # type: ignore[type-arg]
@@ -58,6 +61,12 @@ class JobSpec(BaseModel):
     run_at: datetime | None = Field(None, description="ISO-8601; without an offset it means UTC. Omit for now.")
     queue: Annotated[Name, Field(max_length=MAX_QUEUE_LENGTH)] = DEFAULT_QUEUE
     idempotency_key: Annotated[Name, Field(max_length=MAX_IDEMPOTENCY_KEY_LENGTH)] | None = None
+    tags: list[Tag] | None = Field(
+        None,
+        max_length=MAX_TAGS,
+        description=f"Up to {MAX_TAGS} labels of 1-{MAX_TAG_LENGTH} characters, each at most once, "
+        "to find the job by (GET /jobs?tag=...). An empty list is no tags.",
+    )
 
     @field_validator("payload", mode="before")
     @classmethod
@@ -77,6 +86,22 @@ class JobSpec(BaseModel):
     def _text_storable(cls, value: str | None) -> str | None:
         if value is not None:
             check_text(value)
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags_distinct_and_storable(cls, value: list[str] | None) -> list[str] | None:
+        if not value:
+            return None  # stored as NULL: jobs_tags_check wants 1-20 tags or none
+        seen: dict[str, int] = {}
+        for index, tag in enumerate(value):
+            try:
+                check_text(tag)
+            except ValueError as exc:
+                raise ValueError(f"tags[{index}] {exc}") from None
+            if tag in seen:
+                raise ValueError(f"tags[{index}] repeats tags[{seen[tag]}] ({tag!r})")
+            seen[tag] = index
         return value
 
     @field_validator("run_at", mode="before")
@@ -103,7 +128,7 @@ def parse_spec(values: dict[str, Any], *, prefix: str = "") -> JobSpec:
         return JobSpec.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "job"
+        field = field_name(first["loc"]) or "job"
         raise InvalidArgument(prefix + field, first["msg"]) from None
 
 
@@ -158,8 +183,16 @@ def parse_specs(values: Iterable[Any], *, name: str = "jobs") -> list[JobSpec]:
     except ValidationError as exc:
         first = exc.errors()[0]
         index, *rest = first["loc"]
-        field = f"{name}[{index}]" + "".join(f".{part}" for part in rest)
+        field = f"{name}[{index}]" + (f".{field_name(tuple(rest))}" if rest else "")
         raise InvalidArgument(field, first["msg"]) from None
+
+
+def field_name(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field name: ``("tags", 3)`` -> ``tags[3]``."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name
 
 
 def as_utc(value: datetime) -> datetime:

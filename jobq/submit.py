@@ -47,12 +47,14 @@ def enqueue(
     run_at: datetime | None = None,
     queue: str = DEFAULT_QUEUE,
     idempotency_key: str | None = None,
+    tags: Iterable[str] | None = None,
     conn: Connection | None = None,
 ) -> Job:
     """Add one job and return it.
 
-    With an ``idempotency_key`` already held by a job in the table, returns that job
-    and adds nothing. Raises :class:`InvalidArgument` naming a bad argument, and
+    ``tags``: up to 20 distinct labels of 1-100 characters (``list_jobs(tag=...)``
+    finds the job by any of them). With an ``idempotency_key`` already held by a job
+    in the table, returns that job and adds nothing. Raises :class:`InvalidArgument` naming a bad argument, and
     :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
     caller commits; without, the job is committed before this returns.
     """
@@ -65,6 +67,7 @@ def enqueue(
             "run_at": run_at,
             "queue": queue,
             "idempotency_key": idempotency_key,
+            "tags": tags if tags is None or isinstance(tags, (str, list)) else list(tags),
         }
     )
     return submit(spec, conn=conn).job
@@ -211,7 +214,8 @@ def _copy(conn: Connection, specs: list[JobSpec]) -> list[Enqueued]:
     with conn.cursor().copy(queries.JOB_COPY) as copy:
         for job_id, spec in zip(ids, specs):
             copy.write_row(
-                (job_id, spec.type, spec.queue, spec.payload_json(), spec.priority, spec.max_retries, spec.run_at or now)
+                (job_id, spec.type, spec.queue, spec.payload_json(), spec.priority, spec.max_retries,
+                 spec.run_at or now, spec.tags)
             )
     return [Enqueued(_new_job(spec, job_id, spec.run_at or now, now), True) for job_id, spec in zip(ids, specs)]
 
@@ -245,6 +249,7 @@ def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime)
         priority=spec.priority, attempt=0, max_retries=spec.max_retries, run_at=run_at,
         claimed_at=None, started_at=None, heartbeat_at=None, completed_at=None, created_at=created_at,
         result=None, error=None, errors=[], worker_id=None, lease=None, idempotency_key=spec.idempotency_key,
+        tags=spec.tags,
     )
 
 
@@ -266,6 +271,7 @@ def _row_params(spec: JobSpec) -> dict[str, Any]:
         "max_retries": spec.max_retries,
         "run_at": spec.run_at,
         "idempotency_key": spec.idempotency_key,
+        "tags": spec.tags,
     }
 
 
@@ -278,4 +284,11 @@ def _array_params(specs: list[JobSpec]) -> dict[str, list[Any]]:
         "max_retries": [spec.max_retries for spec in specs],
         "run_ats": [spec.run_at for spec in specs],
         "idempotency_keys": [spec.idempotency_key for spec in specs],
+        "tags": [None if spec.tags is None else array_literal(spec.tags) for spec in specs],
     }
+
+
+def array_literal(texts: list[str]) -> str:
+    """``texts`` as a PostgreSQL array literal (``{"a","b\\"c"}``): every element quoted,
+    its backslashes and double quotes escaped."""
+    return "{" + ",".join('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts) + "}"
