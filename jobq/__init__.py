@@ -21,6 +21,7 @@ from jobq.dead_letter import discard as discard_dead, get as get_dead, list_dead
 from jobq.submit import enqueue, enqueue_many
 from jobq.errors import (
     AlreadyReplayed,
+    AlreadyRetried,
     BadPayload,
     Cancelled,
     Conflict,
@@ -31,6 +32,8 @@ from jobq.errors import (
     JobNotCancellable,
     JobNotDeletable,
     JobNotFound,
+    JobNotRetryable,
+    JobNotScheduled,
     JobqError,
     NotFound,
     Overloaded,
@@ -38,7 +41,7 @@ from jobq.errors import (
 )
 from jobq.handlers.registry import register
 from jobq.job import STATUSES, DeadLetter, Job
-from jobq.control import cancel, delete
+from jobq.control import cancel, delete, retry, run_now
 from jobq.ledger import counts, get, list_jobs
 
 __version__ = "0.1.0"
@@ -46,6 +49,7 @@ __version__ = "0.1.0"
 __all__ = [
     "STATUSES",
     "AlreadyReplayed",
+    "AlreadyRetried",
     "BadPayload",
     "Cancelled",
     "ConfigError",
@@ -58,6 +62,8 @@ __all__ = [
     "JobNotCancellable",
     "JobNotDeletable",
     "JobNotFound",
+    "JobNotRetryable",
+    "JobNotScheduled",
     "JobqError",
     "NotFound",
     "Overloaded",
@@ -74,4 +80,6 @@ __all__ = [
     "list_jobs",
     "register",
     "replay",
+    "retry",
+    "run_now",
 ]

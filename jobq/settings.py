@@ -43,6 +43,7 @@ DEFAULT_CLAIM_BATCH = 50
 DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
+DEFAULT_AUDIT_RETENTION = 90 * 24 * 3600.0
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # A statement of the API's that runs longer (a lock it waits for, a stuck server) is
 # cancelled and the request answers 503: well under Gunicorn's 30 s, far above what a
@@ -90,6 +91,7 @@ class Settings(BaseModel):
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION
+    audit_retention: NonNegativeSeconds = DEFAULT_AUDIT_RETENTION  # 0: keep the audit trail for ever
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

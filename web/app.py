@@ -14,12 +14,14 @@ import jobq.settings
 from jobq import __version__
 from jobq.settings import Settings
 from web import auth, context, errors, jsonio
+from web.audit import audit
 from web.dead_letter import dead_letter
 from web.docs import docs
 from web.health import health
 from web.job_actions import job_actions
 from web.jobs import jobs
 from web.metrics import metrics
+from web.operations import bulk, operations
 from web.blueprints import BEARER_SCHEME
 from web.schemas import Error, ValidationFailure
 
@@ -50,7 +52,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     context.attach(app, settings)
     if settings.api_token:
         app.before_request(auth.bearer_guard(settings.api_token, OPEN_ENDPOINTS))
-    for blueprint in (jobs, job_actions, dead_letter, metrics, health):
+    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, audit, metrics, health):
         app.register_api(blueprint)
     app.register_blueprint(docs)
     errors.register(app)

@@ -21,3 +21,21 @@ def cancel_job(path: JobPath) -> dict:
     already done, dead or cancelled."""
     with api().database.connection() as conn:
         return jobq.cancel(path.job_id, actor=request_actor(conn), conn=conn).to_dict()
+
+
+@job_actions.post("/jobs/<int:job_id>/retry", responses={201: JobOut, 400: Error, 404: Error, 409: Error})
+def retry_job(path: JobPath) -> tuple[dict, int]:
+    """A new pending job from a dead one (the replay of its dead letter) or a cancelled
+    one (a copy): 201 with the new job; the original records it (retried_as). Once: 409
+    naming the job it was retried as, or with the status of a job neither dead nor
+    cancelled."""
+    with api().database.connection() as conn:
+        return jobq.retry(path.job_id, actor=request_actor(conn), conn=conn).to_dict(), 201
+
+
+@job_actions.post("/jobs/<int:job_id>/run-now", responses={200: JobOut, 400: Error, 404: Error, 409: Error})
+def run_job_now(path: JobPath) -> dict:
+    """Make a pending job scheduled in the future due now; 409 for a job already due or
+    not pending."""
+    with api().database.connection() as conn:
+        return jobq.run_now(path.job_id, actor=request_actor(conn), conn=conn).to_dict()

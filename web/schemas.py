@@ -12,11 +12,16 @@ import dataclasses
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_type_hints
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
+from pydantic import model_validator
 
+from jobq.audit import DEFAULT_LIMIT as AUDIT_DEFAULT_LIMIT
+from jobq.errors import InvalidArgument
+from jobq.filters import MAX_IDS, JobFilter
 from jobq.job import STATUSES, DeadLetter, Job
 from jobq.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
 from jobq.metrics import Metrics
+from jobq.operations import GROUP_ID_PATTERN, JOB_ACTIONS, check_job_action
 from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_QUEUE_LENGTH, MAX_TYPE_LENGTH, JobSpec, as_utc, check_text
 
 MAX_BATCH = 1000
@@ -84,12 +89,15 @@ class PageQuery(Parameters):
     offset: int = Field(0, ge=0, le=MAX_ID)
 
 
-class JobListQuery(PageQuery):
-    status: Literal[STATUSES] | None = None  # type: ignore[valid-type]
-    type: _filter_text(MAX_TYPE_LENGTH) = None  # type: ignore[valid-type]
-    queue: _filter_text(MAX_QUEUE_LENGTH) = None  # type: ignore[valid-type]
-    created_after: Annotated[datetime, AfterValidator(as_utc)] | None = Field(
-        None, description="Strictly after; without an offset, UTC."
+class JobListQuery(PageQuery, JobFilter):
+    """A page of the jobs matching a filter (jobq.filters.JobFilter); ``ids`` repeats:
+    ``?ids=3&ids=7``. Unknown parameters are ignored, as the seed's app ignored them."""
+
+    model_config = ConfigDict(extra="ignore", frozen=False)
+
+    # Query strings are text: ids parse as integers here (the filter itself is strict).
+    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Field(
+        None, min_length=1, max_length=MAX_IDS, description=f"At most {MAX_IDS} ids: ?ids=3&ids=7."
     )
 
 
@@ -170,3 +178,89 @@ class ValidationFailure(BaseModel):
     """422: what is wrong with the request, one entry per problem."""
 
     detail: list[ValidationIssue]
+
+# ---------------------------------------------------------------------------------------
+# Operating the queue: bulk operations, dead-letter group actions, the audit trail
+
+
+class BulkRequest(BaseModel):
+    """One action on every job matching a filter. ``priority`` is set_priority's alone;
+    the filter names at least one criterion (an empty one would match every job)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    filter: JobFilter
+    action: Literal[JOB_ACTIONS] = Field(  # type: ignore[valid-type]
+        description="cancel: pending, claimed or running jobs; retry: dead (their letters replayed) or cancelled "
+        "(copied) jobs, once; delete: pending or finished jobs, never claimed or running ones; run_now: pending "
+        "jobs scheduled later; set_priority: pending jobs."
+    )
+    priority: Annotated[StrictInt, Field(ge=1, le=10)] | None = Field(None, description="For set_priority: 1-10.")
+    dry_run: StrictBool = Field(False, description="Count the matching jobs and change nothing.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BulkRequest:
+        try:
+            check_job_action(self.action, self.filter, self.priority)
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class OperationPath(Parameters):
+    operation_id: int = Field(ge=1, le=MAX_ID)
+
+
+class DeadLetterGroupPath(Parameters):
+    group_id: str = Field(pattern=GROUP_ID_PATTERN, description="A group's id, as GET /dead-letter/groups gives it.")
+
+
+class AuditQuery(Parameters):
+    limit: int = Field(AUDIT_DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+    before: int | None = Field(None, ge=1, le=MAX_ID, description="The next page: the rows older than this id.")
+
+
+LOCATIONS.update({
+    BulkRequest.__name__: "body",
+    OperationPath.__name__: "path",
+    DeadLetterGroupPath.__name__: "path",
+    AuditQuery.__name__: "query",
+})
+
+
+class DryRunOut(BaseModel):
+    matched: int
+    dry_run: Literal[True]
+
+
+class OperationOut(BaseModel):
+    """A bulk operation; matched, changed and skipped count the chunks done so far
+    (skipped: matched but not eligible for the action, or held by another session)."""
+
+    id: int
+    action: str
+    target: dict[str, Any] = Field(description='{"filter": {...}} or {"dead_letter_group": "..."}')
+    params: dict[str, Any] = Field(description="last_id: the newest row it acts on; priority for set_priority.")
+    actor: str
+    state: Literal["running", "done", "failed"]
+    matched: int
+    changed: int
+    skipped: int
+    error: str | None
+    started_at: datetime
+    heartbeat_at: datetime
+    finished_at: datetime | None
+
+
+class AuditEntryOut(BaseModel):
+    id: int
+    at: datetime
+    actor: str = Field(description="cli:<user>@<host>, api:<HMAC of the token>, or lib:<user>@<host>:<pid>.")
+    action: str
+    target: dict[str, Any]
+    counts: dict[str, Any]
+
+
+class AuditPage(BaseModel):
+    items: list[AuditEntryOut]
+    next_before: int | None = Field(description="Pass as before= for the next page; null on the last.")

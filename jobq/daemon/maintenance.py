@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import claims, db, locks, metrics_samples, queries, retention
+from jobq import audit, claims, db, locks, metrics_samples, operations, queries, retention
 from jobq.daemon import presence, reaper, reports
 from jobq.daemon.wakeup import SelfPipe
 from jobq.db import Connection
@@ -86,6 +86,9 @@ class Maintenance:
         ]
         if settings.retention > 0:
             self.duties.append(Duty("retention", every, self.prune_once))
+        self.duties.append(Duty("operations", SAMPLE_INTERVAL, lambda conn: operations.resume_stalled(conn, budget=operations.RESUME_BUDGET)))
+        if settings.audit_retention > 0:
+            self.duties.append(Duty("audit_retention", every, lambda conn: audit.prune(conn, settings.audit_retention)))
 
     def run(self) -> int:
         self.wakeup = SelfPipe.for_child(stop=lambda *_: self.stopping.set(), quit=lambda *_: os._exit(0))
