@@ -68,6 +68,33 @@ BATCH_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("NaN", body('{"jobs": [{"type": "noop", "payload": {"x": NaN}}]}')),
 ]
 
+BULK_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("invalid JSON", body('{"filter": {')),
+    ("wrong content type", body('{"filter": {"status": "dead"}, "action": "retry"}', "text/plain")),
+    ("no body", {}),
+    ("JSON array", body("[]")),
+    ("filter missing", {"json": {"action": "retry"}}),
+    ("empty filter", {"json": {"filter": {}, "action": "delete"}}),
+    ("unknown filter field", {"json": {"filter": {"stauts": "dead"}, "action": "delete"}}),
+    ("filter not an object", {"json": {"filter": "status=dead", "action": "delete"}}),
+    ("unknown action", {"json": {"filter": {"status": "dead"}, "action": "drop table"}}),
+    ("bad status", {"json": {"filter": {"status": "DEAD"}, "action": "retry"}}),
+    ("NUL in queue", body('{"filter": {"queue": "a\\u0000"}, "action": "cancel"}')),
+    ("lone surrogate in error", body('{"filter": {"error": "\\ud800"}, "action": "cancel"}')),
+    ("ids not a list", {"json": {"filter": {"ids": 5}, "action": "cancel"}}),
+    ("an id past 64 bits", body('{"filter": {"ids": [' + HUGE + ']}, "action": "cancel"}')),
+    ("1001 ids", {"json": {"filter": {"ids": list(range(1, 1002))}, "action": "cancel"}}),
+    ("created_after a number", {"json": {"filter": {"created_after": 17}, "action": "cancel"}}),
+    ("created_before out of range", {"json": {"filter": {"created_before": "99999-01-01"}, "action": "cancel"}}),
+    ("tag too long", {"json": {"filter": {"tag": "t" * 101}, "action": "cancel"}}),
+    ("priority without set_priority", {"json": {"filter": {"status": "dead"}, "action": "retry", "priority": 5}}),
+    ("set_priority without priority", {"json": {"filter": {"status": "pending"}, "action": "set_priority"}}),
+    ("priority 11", {"json": {"filter": {"status": "pending"}, "action": "set_priority", "priority": 11}}),
+    ("dry_run a string", {"json": {"filter": {"status": "dead"}, "action": "retry", "dry_run": "false"}}),
+]
+
+BAD_GROUPS = ["x", "0123456789ABCDEF", "0123456789abcdef0", "%00", "..%2F..%2Fetc", "g" * 16]
+
 BAD_IDS = ["0", "-1", str(2**63), str(2**64), HUGE, "abc", "1.5", "1e3", "%00", "%27%20OR%201=1", "0x10"]
 
 BAD_PAGES = [
@@ -79,6 +106,8 @@ BAD_JOB_FILTERS = [
     "status=bogus", "status=%00", "status=PENDING", "type=%00", "queue=a%00b", "type=" + "t" * 300,
     "created_after=yesterday", "created_after=99999-01-01", "created_after=" + HUGE,
     "created_after=9999-12-31T23:59:59-05:00",
+    "tag=" + "t" * 101, "tag=a%00", "ids=0", "ids=x", f"ids={2**63}", "ids=1&ids=-1", "created_before=soon",
+    "created_before=0001-01-01T00:00:00+05:00", "error=%00", "error=" + "e" * 1001,
 ]
 
 CASES: list[tuple[str, str, dict[str, Any]]] = (
@@ -87,6 +116,12 @@ CASES: list[tuple[str, str, dict[str, Any]]] = (
     + [(method, f"/jobs/{bad}", {}) for bad in BAD_IDS for method in ("GET", "DELETE")]
     + [(method, f"/dead-letter/{bad}{suffix}", {}) for bad in BAD_IDS
        for method, suffix in (("GET", ""), ("DELETE", ""), ("POST", "/replay"))]
+    + [("POST", "/jobs/bulk", kwargs) for _, kwargs in BULK_BODIES]
+    + [("POST", f"/jobs/{bad}/{action}", {}) for bad in BAD_IDS for action in ("retry", "run-now")]
+    + [("GET", f"/operations/{bad}", {}) for bad in BAD_IDS]
+    + [("POST", f"/dead-letter/groups/{bad}/{action}", {}) for bad in BAD_GROUPS for action in ("replay", "discard")]
+    + [("GET", f"/audit?{query}", {}) for query in
+       ("limit=0", "limit=501", f"limit={HUGE}", "before=0", "before=-3", f"before={2**63}", "before=x")]
     + [("GET", f"/jobs?{query}", {}) for query in BAD_PAGES + BAD_JOB_FILTERS]
     + [("GET", f"/dead-letter?{query}", {}) for query in BAD_PAGES + ["type=%00"]]
     + [(method, path, {}) for path in ("/metrics", "/metrics/prometheus", "/health", "/ready", "/openapi.json", "/docs")
@@ -98,10 +133,11 @@ CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CA
 
 @pytest.fixture
 def ledger_counts(conn):
-    def read() -> tuple[int, int, int]:
+    def read() -> tuple[int, int, int, int]:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM dead_letter_jobs), "
-            "(SELECT coalesce(sum(n), 0) FROM job_counters WHERE name = 'enqueued_total')"
+            "(SELECT coalesce(sum(n), 0) FROM job_counters WHERE name = 'enqueued_total'), "
+            "(SELECT count(*) FROM jobq_operations)"
         ).fetchone()
         return tuple(row)
 
@@ -121,4 +157,4 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(make_app, ledger_cou
     client = make_app(max_body_bytes=4096).test_client()
     for path in ("/jobs", "/jobs/batch"):
         assert_error(client.post(path, data=b"{" + b" " * 10_000 + b"}", content_type=JSON), 413)
-    assert ledger_counts() == (0, 0, 0)
+    assert ledger_counts() == (0, 0, 0, 0)

@@ -49,6 +49,8 @@ def test_every_route_is_documented_with_its_errors(client):
     assert set(paths) == {
         "/jobs", "/jobs/batch", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/dead-letter", "/dead-letter/{dead_letter_id}",
         "/dead-letter/{dead_letter_id}/replay", "/metrics", "/metrics/prometheus", "/health", "/ready",
+        "/jobs/{job_id}/retry", "/jobs/{job_id}/run-now", "/jobs/bulk", "/operations/{operation_id}",
+        "/dead-letter/groups/{group_id}/replay", "/dead-letter/groups/{group_id}/discard", "/audit",
     }
     for path, operations in paths.items():
         for method, operation in operations.items():
