@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 import jobq.settings
-from jobq import db, logs
+from jobq import cli_actions, db, logs
 from jobq.errors import DatabaseUnavailable, JobqError
 from jobq.migrate import migrate as apply_migrations, required_version
 from jobq.settings import Settings
@@ -216,4 +216,4 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     sys.exit(code)
 
 
-from jobq import cli_actions  # noqa: E402,F401  (the operator's commands attach themselves to main)
+cli_actions.attach(main, dead)  # the operator's commands: cancel, delete, retry, run-now, bulk, audit

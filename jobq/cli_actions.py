@@ -1,65 +1,47 @@
 """The operator's commands: ``jobq cancel | delete | retry | run-now ID``, ``jobq bulk
 ACTION [filter options] [--dry-run]``, ``jobq dead replay-group | discard-group ID`` and
-``jobq audit``. They attach themselves to :data:`jobq.cli.main` (jobq/cli.py imports this
-module at its end). Every action is audited as ``cli:<OS user>@<host>``.
+``jobq audit``. jobq/cli.py adds them to its groups (:func:`attach`); they import its
+helpers when they run, so that neither module imports the other at load time. Every
+action is audited as ``cli:<OS user>@<host>``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from jobq import audit, control, db, operations
-from jobq.cli import database, dead, fail, load_settings, main
 from jobq.job import STATUSES
 
 EXIT_INTERRUPTED = 130  # Ctrl-C: the operation is left to the daemon to finish
 
 
-@main.command()
-@click.argument("job_id", type=click.IntRange(min=1))
-def cancel(job_id: int) -> None:
-    """Cancel a job that has not finished (a running one's handler is asked to stop)."""
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
-        control.cancel(job_id, actor=audit.cli_actor(), conn=conn)
-    click.echo(f"jobq: job {job_id} cancelled")
+def _one_job(name: str, act: Callable[..., Any], said: Callable[[Any], str], help: str) -> click.Command:
+    """``jobq NAME ID``: ``act(id, actor=..., conn=...)``, then one line of what it did."""
+
+    @click.command(name, help=help)
+    @click.argument("job_id", type=click.IntRange(min=1))
+    def command(job_id: int) -> None:
+        with _session() as conn, db.database_errors():
+            result = act(job_id, actor=audit.cli_actor(), conn=conn)
+        click.echo(f"jobq: job {job_id} {said(result)}")
+
+    return command
 
 
-@main.command()
-@click.argument("job_id", type=click.IntRange(min=1))
-def delete(job_id: int) -> None:
-    """Delete a pending job."""
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
-        control.delete(job_id, actor=audit.cli_actor(), conn=conn)
-    click.echo(f"jobq: job {job_id} deleted")
+cancel = _one_job("cancel", control.cancel, lambda _: "cancelled",
+                  "Cancel a job that has not finished (a running one's handler is asked to stop).")
+delete = _one_job("delete", control.delete, lambda _: "deleted", "Delete a pending job.")
+retry = _one_job("retry", control.retry, lambda job: f"retried as job {job.id}",
+                 "Enqueue a dead job again (the replay of its dead letter) or a copy of a cancelled one; once.")
+run_now = _one_job("run-now", control.run_now, lambda _: "is due now", "Make a pending job scheduled in the future due now.")
 
 
-@main.command()
-@click.argument("job_id", type=click.IntRange(min=1))
-def retry(job_id: int) -> None:
-    """Enqueue a dead job again (the replay of its dead letter) or a copy of a cancelled one; once."""
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
-        job = control.retry(job_id, actor=audit.cli_actor(), conn=conn)
-    click.echo(f"jobq: job {job_id} retried as job {job.id}")
-
-
-@main.command("run-now")
-@click.argument("job_id", type=click.IntRange(min=1))
-def run_now(job_id: int) -> None:
-    """Make a pending job scheduled in the future due now."""
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
-        control.run_now(job_id, actor=audit.cli_actor(), conn=conn)
-    click.echo(f"jobq: job {job_id} is due now")
-
-
-@main.command()
+@click.command()
 @click.argument("action", type=click.Choice(operations.JOB_ACTIONS))
 @click.option("--status", type=click.Choice(STATUSES), help="Jobs in this status.")
 @click.option("--queue", help="Jobs of this queue.")
@@ -84,8 +66,7 @@ def bulk(action: str, ids: tuple[int, ...], job_type: str | None, priority: int 
     job_filter = {"type": job_type, "ids": list(ids) or None, **criteria}
     job_filter = {name: value for name, value in job_filter.items() if value is not None}
     checked = operations.check_job_action(action, job_filter, priority)
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
+    with _session() as conn, db.database_errors():
         matching = operations.count(checked, conn=conn)
         if dry_run:
             click.echo(f"jobq: {matching} job(s) match; nothing changed (dry run)")
@@ -102,14 +83,14 @@ def bulk(action: str, ids: tuple[int, ...], job_type: str | None, priority: int 
     _report(operation)
 
 
-@dead.command("replay-group")
+@click.command("replay-group")
 @click.argument("group_id")
 def dead_replay_group(group_id: str) -> None:
     """Replay every waiting dead letter of a group (jobq dead groups lists them), and wait."""
     _group_action("replay", group_id)
 
 
-@dead.command("discard-group")
+@click.command("discard-group")
 @click.argument("group_id")
 def dead_discard_group(group_id: str) -> None:
     """Delete every waiting dead letter of a group for good, and wait."""
@@ -117,8 +98,7 @@ def dead_discard_group(group_id: str) -> None:
 
 
 def _group_action(action: str, group_id: str) -> None:
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
+    with _session() as conn, db.database_errors():
         operation = operations.start(conn, action, actor=audit.cli_actor(), dead_letter_group=group_id)
         operation = operations.run(conn, operation)
     _report(operation)
@@ -127,11 +107,13 @@ def _group_action(action: str, group_id: str) -> None:
 def _report(operation: operations.Operation) -> None:
     counts = f"{operation.matched} matched, {operation.changed} changed, {operation.skipped} skipped"
     if operation.state == "failed":
+        from jobq.cli import fail
+
         fail(f"operation {operation.id} failed after {counts}: {operation.error}")
     click.echo(f"jobq: operation {operation.id} {operation.state}: {counts}")
 
 
-@main.command("audit")
+@click.command("audit")
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
 @click.option("--before", type=click.IntRange(min=1), help="Rows older than this id (the next page).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, for scripts.")
@@ -140,8 +122,7 @@ def audit_trail(limit: int, before: int | None, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    settings = load_settings()
-    with database(settings) as conn, db.database_errors():
+    with _session() as conn, db.database_errors():
         entries = audit.entries(limit=limit, before=before, conn=conn)
     if as_json:
         for entry in entries:
@@ -158,3 +139,18 @@ def audit_trail(limit: int, before: int | None, as_json: bool) -> None:
     Console().print(table)
     if len(entries) == limit:
         click.echo(f"jobq: more with --before {entries[-1].id}")
+
+
+def attach(main: click.Group, dead: click.Group) -> None:
+    """Add the commands to ``jobq`` (``main``) and ``jobq dead``."""
+    for command in (cancel, delete, retry, run_now, bulk, audit_trail):
+        main.add_command(command)
+    dead.add_command(dead_replay_group)
+    dead.add_command(dead_discard_group)
+
+
+def _session() -> db.Connection:
+    """The command's autocommit connection, with the settings read (jobq.cli's way)."""
+    from jobq.cli import database, load_settings
+
+    return database(load_settings())

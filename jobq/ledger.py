@@ -19,6 +19,11 @@ from jobq.job import STATUSES, Job
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+# With a criterion beyond the seed's (tag, ids, created_before, error), a listing's total
+# is counted this far past the offset, no further: the first page of a tag that half
+# the table carries answers in milliseconds.
+COUNT_LIMIT = 10_000
+SEED_CRITERIA = frozenset({"status", "type", "queue", "created_after"})
 
 Row = TypeVar("Row")
 
@@ -31,6 +36,7 @@ class Page(Generic[Row]):
     total: int
     limit: int
     offset: int
+    total_exact: bool = True  # False: ``total`` is a lower bound (list_jobs' COUNT_LIMIT)
 
 
 def get(job_id: int, *, conn: Connection | None = None) -> Job:
@@ -69,8 +75,10 @@ def list_jobs(
 
     ``created_after`` and ``created_before`` are strict; without an offset they mean
     UTC. ``status`` may be any of the seven statuses. ``error`` is a substring of the
-    last error, any case. Raises :class:`InvalidArgument` naming a bad filter, limit
-    (1-500) or offset (>= 0).
+    last error, any case. The total is exact for the seed's criteria (status, type,
+    queue, created_after); with any other, it is counted up to COUNT_LIMIT past
+    ``offset`` and ``total_exact`` says whether it stopped there. Raises
+    :class:`InvalidArgument` naming a bad filter, limit (1-500) or offset (>= 0).
     """
     job_filter = parse_filter(
         {"status": status, "type": type, "queue": queue, "tag": tag, "ids": ids,
@@ -78,6 +86,8 @@ def list_jobs(
     )
     check_page(limit, offset)
     where, params = job_filter.where(), job_filter.params()
+    exact = True
+    query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
     with connection(conn) as c:
         if set(job_filter.given()) <= {"status", "queue"}:
             # The total is exact from the counters; it also bounds the scan: a page never
@@ -85,15 +95,22 @@ def list_jobs(
             # one that has none is not searched at all).
             total = _total_from_counters(c, status=status, queue=queue)
             wanted = max(0, min(limit, total - offset))
-        else:
+        elif set(job_filter.given()) <= SEED_CRITERIA:
             total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
             wanted = limit
+        else:
+            cap = offset + COUNT_LIMIT
+            counted = sql.SQL(queries.JOB_LIST_COUNT_UP_TO).format(where=where)
+            total = c.execute(counted, {**params, "cap": cap + 1}).fetchone()[0]  # type: ignore[index]
+            exact, total = total <= cap, min(total, cap)
+            wanted = max(0, min(limit, total - offset)) if exact else limit
+            if exact:  # few rows match: take them by the filter's index, then sort (JOB_LIST_FEW)
+                query = sql.SQL(queries.JOB_LIST_FEW).format(where=where)
         items: list[Job] = []
         if wanted:
             with c.cursor(row_factory=class_row(Job)) as cur:
-                query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
                 items = cur.execute(query, {**params, "limit": wanted, "offset": offset}).fetchall()
-    return Page(items, int(total), limit, offset)
+    return Page(items, int(total), limit, offset, exact)
 
 
 @dataclass(frozen=True)

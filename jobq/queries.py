@@ -126,7 +126,19 @@ JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
 # (jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx).
 JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
 JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
+# JOB_LIST_COUNT_UP_TO: a listing's total counted no further than %(cap)s rows (the
+# filter in {where}): a common tag's half a million rows are not all counted for a page.
+JOB_LIST_COUNT_UP_TO = "SELECT count(*) FROM (SELECT FROM jobs{where} LIMIT %(cap)s) AS capped"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+# JOB_LIST_FEW: a page of a filter that JOB_LIST_COUNT_UP_TO found few rows for: all of
+# them first (MATERIALIZED: by the filter's own index, a rare tag's through
+# jobs_tags_idx, ids' through jobs_pkey), then sorted. Without the fence the planner
+# may walk jobs_created_idx newest first, expecting the page soon, and read the whole
+# index for a rare tag whose frequency its statistics overestimate.
+JOB_LIST_FEW = (
+    "WITH matching AS MATERIALIZED (SELECT " + JOB_COLUMNS + " FROM jobs{where}) "
+    "SELECT " + JOB_COLUMNS + " FROM matching" + JOB_LIST_ORDER
+)
 
 # JOB_LIST_FILTERS: the WHERE clauses of a filter (jobq.filters) by field name, for
 # listings, dry runs and bulk operations; jobq.filters joins those given with AND. type

@@ -192,3 +192,24 @@ def test_an_operation_whose_runner_was_killed_is_finished_by_resume_stalled_exac
     assert statuses(control) == {"dead": 1000, "pending": 1000}  # each job retried once
     assert control.execute("SELECT count(DISTINCT replayed_as) FROM dead_letter_jobs").fetchone()[0] == 1000
     assert [counts["state"] for _, _, counts in audit_actions(control)] == ["running", "done"]
+
+
+def test_jobq_bulk_dry_runs_runs_with_a_progress_bar_and_names_a_bad_option(control, database_url):
+    from support import run_cli
+
+    seed_dead(control, 1500, queue="q")
+    dry = run_cli("bulk", "retry", "--queue", "q", "--status", "dead", "--dry-run", DATABASE_URL=database_url)
+    assert (dry.returncode, dry.stdout.strip()) == (0, "jobq: 1500 job(s) match; nothing changed (dry run)")
+    done = run_cli("bulk", "retry", "--queue", "q", "--error", "LOST", DATABASE_URL=database_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("done: 1500 matched, 1500 changed, 0 skipped")
+    assert "operation 1: retry" in done.stdout  # the progress bar's label (no terminal: printed once)
+    bad = run_cli("bulk", "set_priority", "--queue", "q", DATABASE_URL=database_url)
+    assert (bad.returncode, bad.stderr.strip()) == (1, "jobq: priority: set_priority needs a priority from 1 to 10")
+    empty = run_cli("bulk", "delete", DATABASE_URL=database_url)
+    assert empty.returncode == 1 and empty.stderr.startswith("jobq: filter: name at least one criterion")
+    assert statuses(control) == {"dead": 1500, "pending": 1500}
+    assert [(counts["state"], target["operation"]) for _, target, counts in audit_actions(control)] == [
+        ("running", 1), ("done", 1)]
+    [actor] = {actor for (actor,) in control.execute("SELECT actor FROM jobq_audit")}
+    assert actor.startswith("cli:") and actor == control.execute("SELECT actor FROM jobq_operations").fetchone()[0]

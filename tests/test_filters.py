@@ -83,3 +83,16 @@ def test_get_jobs_takes_the_new_criteria_and_names_a_bad_one(client, control):
     assert sorted(job["id"] for job in page["items"]) == a and page["total"] == 2
     assert "ids" in assert_error(client.get("/jobs?ids=0"), 400)
     assert "created_before" in assert_error(client.get("/jobs?created_before=soon"), 400)
+
+
+def test_with_a_new_criterion_the_total_is_counted_only_so_far_past_the_offset(client, control, monkeypatch):
+    from jobq import ledger
+
+    monkeypatch.setattr(ledger, "COUNT_LIMIT", 5)
+    seed(control, 8, "pending", tags=["many"])
+    page = jobq.list_jobs(tag="many", limit=2, conn=control)
+    assert (page.total, page.total_exact, len(page.items)) == (5, False, 2)
+    assert (jobq.list_jobs(tag="many", offset=4, conn=control).total, jobq.list_jobs(type="seeded").total) == (8, 8)
+    shown = client.get("/jobs?tag=many&limit=1").get_json()
+    assert (shown["total"], shown["total_exact"]) == (5, False)
+    assert "total_exact" not in client.get("/jobs?tag=many&offset=3").get_json()

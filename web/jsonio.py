@@ -74,9 +74,13 @@ _OBJECT = TypeAdapter(dict[str, Any])
 
 
 def page_dict(page: Page[Any]) -> dict[str, Any]:
-    """A page of rows as the API shows it: ``{items, total, limit, offset}``."""
+    """A page of rows as the API shows it: ``{items, total, limit, offset}``, and
+    ``"total_exact": false`` when the total is only a lower bound."""
     items = [row.to_dict() for row in page.items]
-    return {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
+    shown = {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
+    if not page.total_exact:
+        shown["total_exact"] = False
+    return shown
 
 
 def install(app: Flask) -> None:

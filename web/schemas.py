@@ -150,7 +150,13 @@ def _page_of(item: type[BaseModel], name: str) -> type[BaseModel]:
     return create_model(name, items=(items, ...), total=(int, ...), limit=(int, ...), offset=(int, ...))
 
 
-JobPage = _page_of(JobOut, "JobPage")
+JobPage = create_model(
+    "JobPage",
+    __base__=_page_of(JobOut, "JobPageBase"),
+    total_exact=(Literal[False] | None, Field(None, description=(
+        "false when total is a lower bound: with tag, ids, created_before or error, it is counted "
+        "10,000 rows past the offset at most"))),
+)
 DeadLetterPage = _page_of(DeadLetterOut, "DeadLetterPage")
 
 
