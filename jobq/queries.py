@@ -1,8 +1,8 @@
 """jobq's DML, as named constants, and the modules that execute it.
 
-What is here: enqueueing, reading, cancelling, claiming and recording the outcome of
-jobs; the reaper's, retention's and the maintenance leader's statements; dead
-letters; worker rows; the per-session counters and their samples; the reads behind
+What is here: enqueueing, reading, cancelling, retrying, claiming and recording the
+outcome of jobs; bulk operations and their chunks; the reaper's, retention's and the
+maintenance leader's statements; dead letters; worker rows; the per-session counters and their samples; the reads behind
 ``jobq inspect``, the metrics and the readiness ping; the record of applied
 migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
 statements, the leader's and the migrations' stand alone).
@@ -14,15 +14,15 @@ because the table that records migrations cannot be created by a migration.
 Names are Entity + Verb + Qualifier; a write says in its name what it is guarded by.
 Each constant has a comment on the lock it takes, the index it uses and its guard.
 Values always travel as placeholders. A few constants are fragments (a listing's
-SELECT, count, filters and ORDER BY) that :mod:`jobq.ledger` and
-:mod:`jobq.dead_letter` put together with ``psycopg.sql``. The advisory key of job
-``id`` is ``%(lock_base)s | id`` where ``lock_base`` is the namespace shifted into the
-high 16 bits (see :mod:`jobq.locks`).
+SELECT, count, filters and ORDER BY; a bulk operation's chunk) that :mod:`jobq.ledger`,
+:mod:`jobq.filters`, :mod:`jobq.operations` and :mod:`jobq.dead_letter` put together
+with ``psycopg.sql``. The advisory key of job ``id`` is ``%(lock_base)s | id`` where
+``lock_base`` is the namespace shifted into the high 16 bits (see :mod:`jobq.locks`).
 
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
-:mod:`jobq.dead_letter`, :mod:`jobq.claims`, :mod:`jobq.retention`,
-:mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`,
-:mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
+:mod:`jobq.control`, :mod:`jobq.operations`, :mod:`jobq.audit`, :mod:`jobq.dead_letter`,
+:mod:`jobq.claims`, :mod:`jobq.retention`, :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`,
+:mod:`jobq.inspection`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
 (:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
 :mod:`jobq.daemon.maintenance`, and :mod:`jobq.daemon.session` for its counter
 slot). Routes, the CLI and everything else call those modules; tests may run a

@@ -18,11 +18,11 @@ from pydantic import model_validator
 from jobq.audit import DEFAULT_LIMIT as AUDIT_DEFAULT_LIMIT
 from jobq.errors import InvalidArgument
 from jobq.filters import MAX_IDS, JobFilter
-from jobq.job import STATUSES, DeadLetter, Job
+from jobq.job import DeadLetter, Job
 from jobq.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
 from jobq.metrics import Metrics
 from jobq.operations import GROUP_ID_PATTERN, JOB_ACTIONS, check_job_action
-from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_QUEUE_LENGTH, MAX_TYPE_LENGTH, JobSpec, as_utc, check_text
+from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_TYPE_LENGTH, JobSpec, check_text
 
 MAX_BATCH = 1000
 

@@ -86,7 +86,9 @@ class Maintenance:
         ]
         if settings.retention > 0:
             self.duties.append(Duty("retention", every, self.prune_once))
-        self.duties.append(Duty("operations", SAMPLE_INTERVAL, lambda conn: operations.resume_stalled(conn, budget=operations.RESUME_BUDGET)))
+        self.duties.append(
+            Duty("operations", SAMPLE_INTERVAL, lambda conn: operations.resume_stalled(conn, budget=operations.RESUME_BUDGET))
+        )
         if settings.audit_retention > 0:
             self.duties.append(Duty("audit_retention", every, lambda conn: audit.prune(conn, settings.audit_retention)))
 
