@@ -99,7 +99,7 @@ def list_jobs(
             total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
             wanted = limit
         else:
-            cap = offset + COUNT_LIMIT
+            cap = min(offset + COUNT_LIMIT, MAX_ID - 1)  # cap + 1 must be a bigint
             counted = sql.SQL(queries.JOB_LIST_COUNT_UP_TO).format(where=where)
             total = c.execute(counted, {**params, "cap": cap + 1}).fetchone()[0]  # type: ignore[index]
             exact, total = total <= cap, min(total, cap)

@@ -63,8 +63,10 @@ JOB_IDS_RESERVE = (
 )
 
 # JOB_COPY: many rows without idempotency keys, with the reserved ids; the statement-
-# level trigger counts them and sends one wake-up per queue.
-JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, tags) FROM STDIN"
+# level trigger counts them and sends one wake-up per queue. JOB_COPY_WITH_TAGS: the
+# same with tags, when some of the rows have them.
+JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at) FROM STDIN"
+JOB_COPY_WITH_TAGS = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, tags) FROM STDIN"
 
 # JOB_INSERT_MANY: many rows, some with idempotency keys, from parallel arrays in one
 # statement; returns what the caller cannot know (id, run_at and created_at defaults).

@@ -211,12 +211,17 @@ def _insert_reserved(conn: Connection, specs: list[JobSpec], ids: list[int], *, 
 
 def _copy(conn: Connection, specs: list[JobSpec]) -> list[Enqueued]:
     now, ids = conn.execute(queries.JOB_IDS_RESERVE, {"n": len(specs)}).fetchone()  # type: ignore[misc]
-    with conn.cursor().copy(queries.JOB_COPY) as copy:
-        for job_id, spec in zip(ids, specs):
-            copy.write_row(
-                (job_id, spec.type, spec.queue, spec.payload_json(), spec.priority, spec.max_retries,
-                 spec.run_at or now, spec.tags)
-            )
+    # The tags column only when some job has tags: a column fewer per row otherwise.
+    if any(spec.tags for spec in specs):
+        with conn.cursor().copy(queries.JOB_COPY_WITH_TAGS) as copy:
+            for job_id, spec in zip(ids, specs):
+                copy.write_row((job_id, spec.type, spec.queue, spec.payload_json(), spec.priority,
+                                spec.max_retries, spec.run_at or now, spec.tags))
+    else:
+        with conn.cursor().copy(queries.JOB_COPY) as copy:
+            for job_id, spec in zip(ids, specs):
+                copy.write_row((job_id, spec.type, spec.queue, spec.payload_json(), spec.priority,
+                                spec.max_retries, spec.run_at or now))
     return [Enqueued(_new_job(spec, job_id, spec.run_at or now, now), True) for job_id, spec in zip(ids, specs)]
 
 

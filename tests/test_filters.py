@@ -96,3 +96,4 @@ def test_with_a_new_criterion_the_total_is_counted_only_so_far_past_the_offset(c
     shown = client.get("/jobs?tag=many&limit=1").get_json()
     assert (shown["total"], shown["total_exact"]) == (5, False)
     assert "total_exact" not in client.get("/jobs?tag=many&offset=3").get_json()
+    assert jobq.list_jobs(tag="many", offset=2**63 - 2, conn=control).items == []  # the cap stays a bigint
