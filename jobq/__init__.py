@@ -40,6 +40,7 @@ from jobq.handlers.registry import register
 from jobq.job import STATUSES, DeadLetter, Job
 from jobq.control import cancel, delete
 from jobq.ledger import counts, get, list_jobs
+from jobq.running import cancel_requested, progress
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,7 @@ __all__ = [
     "Overloaded",
     "UnknownJobType",
     "cancel",
+    "cancel_requested",
     "delete",
     "counts",
     "discard_dead",
@@ -72,6 +74,7 @@ __all__ = [
     "get_dead",
     "list_dead",
     "list_jobs",
+    "progress",
     "register",
     "replay",
 ]

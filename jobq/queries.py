@@ -308,6 +308,29 @@ JOB_RELEASE_IF_LEASED = (
     "FROM o LEFT JOIN released ON released.id = o.id"
 )
 
+# JOB_CANCEL_IF_LEASED: claimed|running -> cancelled, by the worker whose handler ended
+# cancelled (it raised jobq.Cancelled); guarded by lease and status, so that a job
+# already cancelled by an operator (whose cancel replaced the lease) is left as it is.
+# Releases the advisory locks of the batch either way.
+JOB_CANCEL_IF_LEASED = (
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(locked)s::bool[]) "
+    "AS o(id, lease, locked)), "
+    "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id) "
+    "SELECT o.id, cancelled.id IS NOT NULL, "
+    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "FROM o LEFT JOIN cancelled ON cancelled.id = o.id"
+)
+
+# JOB_PROGRESS_SET_IF_LEASED: a running job's latest progress, written by its worker's
+# heartbeat thread; guarded by lease and status (primary key). No status change: the
+# counters' trigger finds nothing to count.
+JOB_PROGRESS_SET_IF_LEASED = (
+    "UPDATE jobs SET progress = %(progress)s::jsonb "
+    "WHERE id = %(id)s AND lease = %(lease)s AND status IN ('claimed', 'running') RETURNING id"
+)
+
 # JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this
 # worker still holds under its leases; false where the lock or the lease is gone. The
 # rows are locked first (FOR UPDATE, primary key) and their lease and status checked

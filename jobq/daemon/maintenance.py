@@ -2,7 +2,8 @@
 
 Host-local work, always: recover the jobs of this supervisor's workers that died or
 were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as their
-locks are free.
+locks are free; and pass on operators' cancels and pauses (LISTEN on the
+``jobq_control`` channel) to the supervisor, which tells its workers.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
 ``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
@@ -26,6 +27,7 @@ import psycopg
 
 from jobq import claims, db, locks, metrics_samples, queries, retention
 from jobq.daemon import presence, reaper, reports
+from jobq.daemon.listener import CONTROL_CHANNEL, Listener
 from jobq.daemon.wakeup import SelfPipe
 from jobq.db import Connection
 from jobq.errors import DatabaseUnavailable
@@ -66,9 +68,12 @@ class Duty:
 class Maintenance:
     """Built before the fork; :meth:`run` in the child."""
 
-    def __init__(self, settings: Settings, command_fd: int) -> None:
+    def __init__(self, settings: Settings, command_fd: int, control_fd: int) -> None:
+        """``command_fd``: the pipe the supervisor's reports arrive on; ``control_fd``: the
+        one this process tells the supervisor of cancels and pauses on."""
         self.settings = settings
         self.command_fd = command_fd
+        self.control_fd = control_fd
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.leader_key = locks.key(settings.advisory_namespace, locks.MAINTENANCE_LEADER)
         self.stopping = threading.Event()
@@ -92,9 +97,14 @@ class Maintenance:
         reader = reports.Reader(self.command_fd)
         parent = os.getppid()
         log.info("maintenance.started pid=%s", os.getpid())
+        self.control = Listener(
+            self.settings.require_database_url(), application_name="jobq control", channel=CONTROL_CHANNEL
+        )
+        self.control.connect()
         closed = False  # the supervisor's end of the pipe closes when it dies
         while not self.stopping.is_set() and not closed and os.getppid() == parent:
             closed = self.receive(reader)
+            self.pass_on_control()
             self.tick()
             self.wait()
         # Stopping: what the supervisor sent last (the workers it killed) still gets recovered.
@@ -108,6 +118,7 @@ class Maintenance:
             log.warning("maintenance.unrecovered workers=%s: left to the stale reaper", len(self.pending))
         if self.conn is not None:
             self.conn.close()
+        self.control.close()
         log.info("maintenance.exited")
         return 0
 
@@ -117,11 +128,22 @@ class Maintenance:
         self.pending += [Pending(m, time.monotonic()) for m in messages if isinstance(m, reports.Gone)]
         return closed
 
+    def pass_on_control(self) -> None:
+        """Tell the supervisor what operators did since the last look (its workers act on
+        it: a cancelled job stops, a paused queue's claimed jobs are not started)."""
+        for payload in self.control.payloads():
+            message = reports.control(payload)
+            if message is not None and not reports.write(self.control_fd, message):
+                log.warning("maintenance.control_dropped message=%s: the supervisor is not reading", payload)
+
     def wait(self) -> None:
         timeout = RECOVER_RETRY if self.pending else max(0.0, self.next_lead - time.monotonic())
         if self.conn is None:
             timeout = min(timeout, max(0.0, self.next_connect - time.monotonic()))
-        self.wakeup.wait(timeout, [self.command_fd])
+        listening = self.control.fileno()
+        if listening is None:  # reconnect it soon
+            timeout = min(timeout, RECOVER_RETRY * 10)
+        self.wakeup.wait(timeout, [self.command_fd] + ([listening] if listening is not None else []))
 
     def tick(self, *, lead: bool = True) -> None:
         """Recover what can be recovered; lead when it is time. Database trouble is logged
