@@ -475,10 +475,13 @@ WORKER_DELETE_IF_STALE = (
 # ---------------------------------------------------------------------------------------
 # Inspection (jobq inspect)
 
-# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows).
+# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows), and
+# the progress of the job it runs (one primary-key probe each).
 WORKER_LIST = (
-    "SELECT id, hostname, pid, queues, current_job_id, jobs_done, started_at, "
-    "extract(epoch FROM now() - heartbeat_at)::float8 FROM workers ORDER BY hostname, pid"
+    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "extract(epoch FROM now() - w.heartbeat_at)::float8, "
+    "(SELECT j.progress FROM jobs AS j WHERE j.id = w.current_job_id) "
+    "FROM workers AS w ORDER BY w.hostname, w.pid"
 )
 
 # JOB_GET_OLDEST_DUE: the oldest due pending job of each of some queues (one probe of

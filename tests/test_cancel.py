@@ -185,3 +185,18 @@ def test_a_job_cancelled_before_its_handler_starts_is_not_run():
         running.forget_cancels()
     assert result.cancelled and calls == []
     assert execution.run(job, handler).ok and calls == [41]  # forgotten with its batch
+
+
+def test_inspect_shows_the_progress_of_each_workers_job(ledger):
+    from jobq import inspection, inspect_view
+    from jobq.daemon import presence
+
+    job = jobq.enqueue("noop", conn=ledger)
+    ledger.execute("UPDATE jobs SET progress = %s WHERE id = %s",
+                   ('{"fraction": 0.45, "message": "step 2 of 4", "data": {}, "at": "2026-01-01T00:00:00+00:00"}', job.id))
+    presence.register(ledger, "host:9:abc", "host", 9, ["default"])
+    presence.beat(ledger, "host:9:abc", job.id, 0)
+    (worker,) = inspection.snapshot(ledger, namespace=0).workers
+    assert worker.progress["fraction"] == 0.45
+    assert inspect_view._progress(worker.progress) == "45 % step 2 of 4"
+    assert inspect_view._progress(None) == "-" and inspect_view._progress({"fraction": None, "message": "x"}) == "x"
