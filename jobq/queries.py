@@ -185,12 +185,25 @@ COUNTER_ADD = (
 # waits on one, nor on another jobq session.
 COUNTER_SLOT_TAKE = "SELECT jobq_counter_slot_take(%(lock_base)s)"
 
+# OPEN_QUEUES: a CTE fragment (the claim's and the idle timer's): those of
+# %(queues)s that are not paused, each checked with one primary-key probe of
+# jobq_queues. MATERIALIZED, so that the check runs once per queue before the
+# per-queue scans of jobs, never once per candidate row. A claim already under way
+# when a pause commits works from its own snapshot: what it took goes back from the
+# worker's batch unstarted (jobq.daemon), which hears the pause on jobq_control.
+OPEN_QUEUES = (
+    "open_queues AS MATERIALIZED (SELECT q.queue FROM unnest(%(queues)s::text[]) AS q(queue) "
+    "WHERE NOT EXISTS (SELECT FROM jobq_queues AS p WHERE p.name = q.queue AND p.paused_at IS NOT NULL))"
+)
+
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
-# idle worker sleeps until then and not a whole poll interval; one index probe per queue
+# idle worker sleeps until then and not a whole poll interval; paused queues are left
+# out first (one primary-key probe of jobq_queues per queue: OPEN_QUEUES), so that no
+# idle worker spins on a paused queue's due jobs; then one index probe per queue
 # (jobs_pending_run_at_idx). NULL when nothing is pending.
 JOB_NEXT_RUN_AT = (
-    "SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
-    "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "WITH " + OPEN_QUEUES + " SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
+    "FROM open_queues AS q, LATERAL ("
     "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue ORDER BY run_at LIMIT 1) AS next"
 )
 
@@ -198,13 +211,15 @@ JOB_NEXT_RUN_AT = (
 # Claiming and outcomes (the worker's side)
 
 # JOB_CLAIM: pending -> claimed for up to %(limit)s due jobs of some queues, each with a
-# new lease. Per queue, an index range scan of jobs_pending_claim_idx in claim order that
-# stops at the limit and skips row-locked rows (SKIP LOCKED) instead of waiting; the
-# queues' candidates are merged in claim order. The advisory lock is taken in
-# RETURNING, so only on the rows actually returned; the row locks of candidates left
-# over end with the statement.
+# new lease. Paused queues are left out first (OPEN_QUEUES: one primary-key probe of
+# jobq_queues per queue, none per row). Per queue left, an index range scan of
+# jobs_pending_claim_idx in claim order that stops at the limit and skips row-locked
+# rows (SKIP LOCKED) instead of waiting; the queues' candidates are merged in claim
+# order. The advisory lock is taken in RETURNING, so only on the rows actually
+# returned; the row locks of candidates left over end with the statement.
 JOB_CLAIM = (
-    "WITH due AS (SELECT c.id FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "WITH " + OPEN_QUEUES + ", "
+    "due AS (SELECT c.id FROM open_queues AS q, LATERAL ("
     "SELECT id, priority, run_at FROM jobs "
     "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
     "ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
