@@ -591,3 +591,38 @@ AUDIT_DELETE_BEFORE = (
 
 # AUDIT_KEY_GET: the server-side key that API actors are an HMAC under (a table of one row).
 AUDIT_KEY_GET = "SELECT key FROM jobq_keys WHERE name = 'audit'"
+
+# ---------------------------------------------------------------------------------------
+# Queues (jobq.queues; the claim's side is OPEN_QUEUES, above)
+
+# QUEUE_LIST: every queue ever paused, with its pause (a table of a few rows, no lock);
+# paused_at is NULL for a queue resumed since.
+QUEUE_LIST = "SELECT name, paused_at, paused_by, reason FROM jobq_queues ORDER BY name"
+
+# QUEUE_PAUSE_IF_NOT_PAUSED: pause some queues (a row is created for a queue that has
+# none), guarded by paused_at IS NULL: a queue already paused keeps its first pause and
+# is not returned. Rows are written in name order (the caller sorts), so two pauses
+# never lock them in opposite orders. Each queue paused is announced on jobq_control
+# ('pause <queue>'), delivered at commit. Returns the queues paused by this statement.
+QUEUE_PAUSE_IF_NOT_PAUSED = (
+    "WITH paused AS (INSERT INTO jobq_queues AS q (name, paused_at, paused_by, reason) "
+    "SELECT name, now(), %(actor)s, %(reason)s FROM unnest(%(names)s::text[]) AS n(name) "
+    "ON CONFLICT (name) DO UPDATE SET paused_at = excluded.paused_at, paused_by = excluded.paused_by, "
+    "reason = excluded.reason WHERE q.paused_at IS NULL RETURNING q.name) "
+    "SELECT name, pg_notify('jobq_control', 'pause ' || name) FROM paused"
+)
+
+# QUEUE_RESUME_IF_PAUSED: resume some queues (all paused ones when %(names)s is NULL),
+# guarded by paused_at IS NOT NULL (primary key, or a scan of the few rows for all).
+# Each queue resumed is announced on jobq_control ('resume <queue>') and, when it has
+# pending jobs (their depth from job_counters, no jobs scan), wakes idle workers at
+# once as an enqueue does (jobq_wake: '<queue> <n>' on jobq). Returns each queue resumed
+# with its pending depth.
+QUEUE_RESUME_IF_PAUSED = (
+    "WITH resumed AS (UPDATE jobq_queues SET paused_at = NULL, paused_by = NULL, reason = NULL "
+    "WHERE paused_at IS NOT NULL AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[])) RETURNING name), "
+    "depth AS (SELECT r.name, (SELECT coalesce(sum(c.n), 0) FROM job_counters AS c "
+    "WHERE c.queue = r.name AND c.name = 'pending')::bigint AS pending FROM resumed AS r) "
+    "SELECT name, pending, pg_notify('jobq_control', 'resume ' || name), "
+    "CASE WHEN pending > 0 THEN jobq_wake(ARRAY[name], ARRAY[pending]) END FROM depth"
+)
