@@ -214,3 +214,6 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     settings = load_settings()
     code = dev_mode.run(settings, data_dir=data_dir, procfile=procfile, port=port or settings.port, reset=reset)
     sys.exit(code)
+
+
+import jobq.cli_queues  # noqa: E402,F401  (attaches `jobq queues` and `jobq dead groups`)

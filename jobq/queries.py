@@ -626,3 +626,14 @@ QUEUE_RESUME_IF_PAUSED = (
     "SELECT name, pending, pg_notify('jobq_control', 'resume ' || name), "
     "CASE WHEN pending > 0 THEN jobq_wake(ARRAY[name], ARRAY[pending]) END FROM depth"
 )
+
+# ---------------------------------------------------------------------------------------
+# Dead-letter groups (jobq.dead_letter.groups; the groups are kept by triggers, 0005)
+
+# DEAD_LETTER_GROUP_LIST_WAITING: groups with letters waiting, newest last_seen first
+# (jobq_dead_letter_groups_waiting_idx, partial on count > 0; id breaks ties); never a
+# scan of the dead letters themselves.
+DEAD_LETTER_GROUP_LIST_WAITING = (
+    "SELECT id, type, signature, count, first_seen, last_seen, example_id FROM jobq_dead_letter_groups "
+    "WHERE count > 0 ORDER BY last_seen DESC, id LIMIT %(limit)s"
+)
