@@ -22,7 +22,7 @@ high 16 bits (see :mod:`jobq.locks`).
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
 :mod:`jobq.dead_letter`, :mod:`jobq.claims`, :mod:`jobq.retention`,
 :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`,
-:mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
+:mod:`jobq.queues`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
 (:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
 :mod:`jobq.daemon.maintenance`, and :mod:`jobq.daemon.session` for its counter
 slot). Routes, the CLI and everything else call those modules; tests may run a
