@@ -16,6 +16,7 @@ import click
 
 import jobq.settings
 from jobq import db, logs
+from jobq.cli_queues import dead_groups, queues
 from jobq.errors import DatabaseUnavailable, JobqError
 from jobq.migrate import migrate as apply_migrations, required_version
 from jobq.settings import Settings
@@ -216,4 +217,5 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     sys.exit(code)
 
 
-import jobq.cli_queues  # noqa: E402,F401  (attaches `jobq queues` and `jobq dead groups`)
+main.add_command(queues)
+dead.add_command(dead_groups)

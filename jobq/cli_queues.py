@@ -1,6 +1,7 @@
 """``jobq queues list | pause NAME | resume NAME`` (``--all`` for every queue) and
 ``jobq dead groups``: the operator's commands of :mod:`jobq.queues` and of the dead
-letters grouped by cause. Attached to :func:`jobq.cli.main` when jobq.cli is imported."""
+letters grouped by cause. jobq.cli attaches them to its ``main`` and ``dead`` groups;
+this module imports jobq.cli's helpers only when a command runs (no import cycle)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import json
 import click
 
 from jobq import audit, db
-from jobq.cli import dead, load_settings, database, main
 
 
-@main.group()
+@click.group()
 def queues() -> None:
     """Queues: list them, pause and resume them."""
 
@@ -26,6 +26,8 @@ def queues_list(as_json: bool) -> None:
 
     from jobq.job import STATUSES
     from jobq.queues import list_queues
+
+    from jobq.cli import database, load_settings
 
     settings = load_settings()
     with database(settings) as conn, db.database_errors():
@@ -53,6 +55,8 @@ def queues_pause(name: str | None, every: bool, reason: str | None) -> None:
     from jobq.queues import pause, pause_all
 
     _one_or_all(name, every)
+    from jobq.cli import database, load_settings
+
     settings = load_settings()
     with database(settings) as conn, db.database_errors():
         if every:
@@ -70,6 +74,8 @@ def queues_resume(name: str | None, every: bool) -> None:
     from jobq.queues import resume, resume_all
 
     _one_or_all(name, every)
+    from jobq.cli import database, load_settings
+
     settings = load_settings()
     with database(settings) as conn, db.database_errors():
         if every:
@@ -91,7 +97,7 @@ def _report(verb: str, named: list[str], changed: list[str]) -> None:
         click.echo(f"jobq: queue {queue} {verb}" if queue in changed else f"jobq: queue {queue} was already {verb}")
 
 
-@dead.command("groups")
+@click.command("groups")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON, for scripts.")
 def dead_groups(limit: int, as_json: bool) -> None:
@@ -100,6 +106,8 @@ def dead_groups(limit: int, as_json: bool) -> None:
     from rich.table import Table
 
     from jobq.dead_letter import groups
+
+    from jobq.cli import database, load_settings
 
     settings = load_settings()
     with database(settings) as conn, db.database_errors():
