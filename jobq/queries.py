@@ -2,9 +2,9 @@
 
 What is here: enqueueing, reading, cancelling, claiming and recording the outcome of
 jobs; the reaper's, retention's and the maintenance leader's statements; dead
-letters; worker rows; the per-session counters and their samples; the reads behind
-``jobq inspect``, the metrics and the readiness ping; the record of applied
-migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
+letters and their groups; worker rows; paused queues; the per-session counters and
+their samples; the reads behind ``jobq inspect``, the metrics and the readiness
+ping; the record of applied migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
 statements, the leader's and the migrations' stand alone).
 
 DDL lives in the numbered files of ``jobq/migrations``, with one exception:

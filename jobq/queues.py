@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+import jobq.settings
 from jobq import audit, queries
 from jobq.db import Connection, connection
 from jobq.errors import InvalidArgument
@@ -105,8 +106,6 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
     name. Bounded reads only: the counters, two small tables, and one index probe per
     queue with pending jobs. Raises DatabaseUnavailable."""
     if stale_seconds is None:
-        import jobq.settings
-
         stale_seconds = jobq.settings.current().stale_threshold
     with connection(conn) as c:
         with c.pipeline():
