@@ -29,6 +29,8 @@ from jobq.job import STATUSES
 from jobq.ledger import counts
 from jobq.spec import MAX_QUEUE_LENGTH, check_text
 
+MAX_REASON_LENGTH = 1000
+
 
 @dataclass(frozen=True, slots=True)
 class Queue:
@@ -114,7 +116,7 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
             reading = counts(conn=c)
             pending = [q for q, depth in reading.queues.items() if depth.get("pending")]
             cur_oldest = c.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending})
-            rows = {name: (paused_at, paused_by, reason) for name, paused_at, paused_by, reason in cur_paused.fetchall()}
+            rows = {name: (at, by, reason) for name, at, by, reason in cur_paused.fetchall()}
             worker_queues = [queues for (queues,) in cur_workers.fetchall()]
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
     known = set(reading.queues) | set(rows) | {q for queues in worker_queues for q in queues}
@@ -145,7 +147,8 @@ def _pause(
     actor = actor or audit.library_actor()
     wanted = sorted(set(queue_names))
     with connection(conn) as c, c.transaction():
-        rows = c.execute(queries.QUEUE_PAUSE_IF_NOT_PAUSED, {"names": wanted, "actor": actor, "reason": reason}).fetchall()
+        params = {"names": wanted, "actor": actor, "reason": reason}
+        rows = c.execute(queries.QUEUE_PAUSE_IF_NOT_PAUSED, params).fetchall()
         changed = sorted(name for name, _ in rows)
         audit.record(c, actor, "pause", {**target, "reason": reason}, {"queues": len(wanted), "changed": len(changed)})
     return Change(wanted, changed)
@@ -161,9 +164,6 @@ def _resume(
         changed = sorted(name for name, *_ in rows)
         audit.record(c, actor, "resume", target, {"changed": len(changed)})
     return Change(changed if wanted is None else wanted, changed)
-
-
-MAX_REASON_LENGTH = 1000
 
 
 def _check_reason(reason: Any) -> None:

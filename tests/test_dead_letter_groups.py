@@ -82,10 +82,12 @@ def test_the_cli_lists_the_groups(conn, database_url):
 def test_listing_walks_the_index_of_groups_with_letters_waiting(conn):
     conn.execute(
         "INSERT INTO jobq_dead_letter_groups (id, type, signature, count, first_seen, last_seen, example_id) "
-        "SELECT 'g' || i, 't', 's', CASE WHEN i % 500 = 0 THEN 1 ELSE 0 END, now(), now() - make_interval(secs => i), i "
+        "SELECT 'g' || i, 't', 's', CASE WHEN i % 500 = 0 THEN 1 ELSE 0 END, now(), "
+        "now() - make_interval(secs => i), i "
         "FROM generate_series(1, 20000) AS i"
     )
     conn.execute("ANALYZE jobq_dead_letter_groups")
-    plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": 100}))
+    explained = conn.execute("EXPLAIN " + queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": 100})
+    plan = "\n".join(row[0] for row in explained)
     assert "jobq_dead_letter_groups_waiting_idx" in plan, plan
     assert [g.id for g in dead_letter.groups(limit=3, conn=conn)] == ["g500", "g1000", "g1500"]
