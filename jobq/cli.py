@@ -16,6 +16,7 @@ import click
 
 import jobq.settings
 from jobq import db, logs
+from jobq.cli_queues import dead_groups, queues
 from jobq.errors import DatabaseUnavailable, JobqError
 from jobq.migrate import migrate as apply_migrations, required_version
 from jobq.settings import Settings
@@ -214,3 +215,7 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     settings = load_settings()
     code = dev_mode.run(settings, data_dir=data_dir, procfile=procfile, port=port or settings.port, reset=reset)
     sys.exit(code)
+
+
+main.add_command(queues)
+dead.add_command(dead_groups)

@@ -2,9 +2,9 @@
 
 What is here: enqueueing, reading, cancelling, claiming and recording the outcome of
 jobs; the reaper's, retention's and the maintenance leader's statements; dead
-letters; worker rows; the per-session counters and their samples; the reads behind
-``jobq inspect``, the metrics and the readiness ping; the record of applied
-migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
+letters and their groups; worker rows; paused queues; the per-session counters and
+their samples; the reads behind ``jobq inspect``, the metrics and the readiness
+ping; the record of applied migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
 statements, the leader's and the migrations' stand alone).
 
 DDL lives in the numbered files of ``jobq/migrations``, with one exception:
@@ -22,7 +22,7 @@ high 16 bits (see :mod:`jobq.locks`).
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
 :mod:`jobq.dead_letter`, :mod:`jobq.claims`, :mod:`jobq.retention`,
 :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.inspection`,
-:mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
+:mod:`jobq.queues`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
 (:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
 :mod:`jobq.daemon.maintenance`, and :mod:`jobq.daemon.session` for its counter
 slot). Routes, the CLI and everything else call those modules; tests may run a
@@ -185,12 +185,25 @@ COUNTER_ADD = (
 # waits on one, nor on another jobq session.
 COUNTER_SLOT_TAKE = "SELECT jobq_counter_slot_take(%(lock_base)s)"
 
+# OPEN_QUEUES: a CTE fragment (the claim's and the idle timer's): those of
+# %(queues)s that are not paused, each checked with one primary-key probe of
+# jobq_queues. MATERIALIZED, so that the check runs once per queue before the
+# per-queue scans of jobs, never once per candidate row. A claim already under way
+# when a pause commits works from its own snapshot: what it took goes back from the
+# worker's batch unstarted (jobq.daemon), which hears the pause on jobq_control.
+OPEN_QUEUES = (
+    "open_queues AS MATERIALIZED (SELECT q.queue FROM unnest(%(queues)s::text[]) AS q(queue) "
+    "WHERE NOT EXISTS (SELECT FROM jobq_queues AS p WHERE p.name = q.queue AND p.paused_at IS NOT NULL))"
+)
+
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
-# idle worker sleeps until then and not a whole poll interval; one index probe per queue
+# idle worker sleeps until then and not a whole poll interval; paused queues are left
+# out first (one primary-key probe of jobq_queues per queue: OPEN_QUEUES), so that no
+# idle worker spins on a paused queue's due jobs; then one index probe per queue
 # (jobs_pending_run_at_idx). NULL when nothing is pending.
 JOB_NEXT_RUN_AT = (
-    "SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
-    "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "WITH " + OPEN_QUEUES + " SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
+    "FROM open_queues AS q, LATERAL ("
     "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue ORDER BY run_at LIMIT 1) AS next"
 )
 
@@ -198,13 +211,15 @@ JOB_NEXT_RUN_AT = (
 # Claiming and outcomes (the worker's side)
 
 # JOB_CLAIM: pending -> claimed for up to %(limit)s due jobs of some queues, each with a
-# new lease. Per queue, an index range scan of jobs_pending_claim_idx in claim order that
-# stops at the limit and skips row-locked rows (SKIP LOCKED) instead of waiting; the
-# queues' candidates are merged in claim order. The advisory lock is taken in
-# RETURNING, so only on the rows actually returned; the row locks of candidates left
-# over end with the statement.
+# new lease. Paused queues are left out first (OPEN_QUEUES: one primary-key probe of
+# jobq_queues per queue, none per row). Per queue left, an index range scan of
+# jobs_pending_claim_idx in claim order that stops at the limit and skips row-locked
+# rows (SKIP LOCKED) instead of waiting; the queues' candidates are merged in claim
+# order. The advisory lock is taken in RETURNING, so only on the rows actually
+# returned; the row locks of candidates left over end with the statement.
 JOB_CLAIM = (
-    "WITH due AS (SELECT c.id FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "WITH " + OPEN_QUEUES + ", "
+    "due AS (SELECT c.id FROM open_queues AS q, LATERAL ("
     "SELECT id, priority, run_at FROM jobs "
     "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
     "ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
@@ -602,3 +617,49 @@ AUDIT_DELETE_BEFORE = (
 
 # AUDIT_KEY_GET: the server-side key that API actors are an HMAC under (a table of one row).
 AUDIT_KEY_GET = "SELECT key FROM jobq_keys WHERE name = 'audit'"
+
+# ---------------------------------------------------------------------------------------
+# Queues (jobq.queues; the claim's side is OPEN_QUEUES, above)
+
+# QUEUE_LIST: every queue ever paused, with its pause (a table of a few rows, no lock);
+# paused_at is NULL for a queue resumed since.
+QUEUE_LIST = "SELECT name, paused_at, paused_by, reason FROM jobq_queues ORDER BY name"
+
+# QUEUE_PAUSE_IF_NOT_PAUSED: pause some queues (a row is created for a queue that has
+# none), guarded by paused_at IS NULL: a queue already paused keeps its first pause and
+# is not returned. Rows are written in name order (the caller sorts), so two pauses
+# never lock them in opposite orders. Each queue paused is announced on jobq_control
+# ('pause <queue>'), delivered at commit. Returns the queues paused by this statement.
+QUEUE_PAUSE_IF_NOT_PAUSED = (
+    "WITH paused AS (INSERT INTO jobq_queues AS q (name, paused_at, paused_by, reason) "
+    "SELECT name, now(), %(actor)s, %(reason)s FROM unnest(%(names)s::text[]) AS n(name) "
+    "ON CONFLICT (name) DO UPDATE SET paused_at = excluded.paused_at, paused_by = excluded.paused_by, "
+    "reason = excluded.reason WHERE q.paused_at IS NULL RETURNING q.name) "
+    "SELECT name, pg_notify('jobq_control', 'pause ' || name) FROM paused"
+)
+
+# QUEUE_RESUME_IF_PAUSED: resume some queues (all paused ones when %(names)s is NULL),
+# guarded by paused_at IS NOT NULL (primary key, or a scan of the few rows for all).
+# Each queue resumed is announced on jobq_control ('resume <queue>') and, when it has
+# pending jobs (their depth from job_counters, no jobs scan), wakes idle workers at
+# once as an enqueue does (jobq_wake: '<queue> <n>' on jobq). Returns each queue resumed
+# with its pending depth.
+QUEUE_RESUME_IF_PAUSED = (
+    "WITH resumed AS (UPDATE jobq_queues SET paused_at = NULL, paused_by = NULL, reason = NULL "
+    "WHERE paused_at IS NOT NULL AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[])) RETURNING name), "
+    "depth AS (SELECT r.name, (SELECT coalesce(sum(c.n), 0) FROM job_counters AS c "
+    "WHERE c.queue = r.name AND c.name = 'pending')::bigint AS pending FROM resumed AS r) "
+    "SELECT name, pending, pg_notify('jobq_control', 'resume ' || name), "
+    "CASE WHEN pending > 0 THEN jobq_wake(ARRAY[name], ARRAY[pending]) END FROM depth"
+)
+
+# ---------------------------------------------------------------------------------------
+# Dead-letter groups (jobq.dead_letter.groups; the groups are kept by triggers, 0005)
+
+# DEAD_LETTER_GROUP_LIST_WAITING: groups with letters waiting, newest last_seen first
+# (jobq_dead_letter_groups_waiting_idx, partial on count > 0; id breaks ties); never a
+# scan of the dead letters themselves.
+DEAD_LETTER_GROUP_LIST_WAITING = (
+    "SELECT id, type, signature, count, first_seen, last_seen, example_id FROM jobq_dead_letter_groups "
+    "WHERE count > 0 ORDER BY last_seen DESC, id LIMIT %(limit)s"
+)

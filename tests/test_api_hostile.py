@@ -68,6 +68,23 @@ BATCH_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("NaN", body('{"jobs": [{"type": "noop", "payload": {"x": NaN}}]}')),
 ]
 
+PAUSE_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("invalid JSON", body('{"reason": ')),
+    ("wrong content type", body('{"reason": "x"}', "text/plain")),
+    ("form instead of JSON", body("reason=x", "application/x-www-form-urlencoded")),
+    ("JSON null", body("null")),
+    ("JSON array", body("[]")),
+    ("JSON string holding a body", body(json.dumps(json.dumps({"reason": "x"})))),
+    ("reason not a string", {"json": {"reason": 7}}),
+    ("reason too long", {"json": {"reason": "r" * 10_000}}),
+    ("NUL in reason", body('{"reason": "a\\u0000b"}')),
+    ("lone surrogate in reason", body('{"reason": "\\ud800"}')),
+    ("unknown field", {"json": {"reason": "x", "queue": "y"}}),
+    ("NaN", body('{"reason": NaN}')),
+]
+
+BAD_QUEUE_NAMES = ["q" * 101, "a%00b", "%C3%A9" * 101]
+
 BAD_IDS = ["0", "-1", str(2**63), str(2**64), HUGE, "abc", "1.5", "1e3", "%00", "%27%20OR%201=1", "0x10"]
 
 BAD_PAGES = [
@@ -89,6 +106,11 @@ CASES: list[tuple[str, str, dict[str, Any]]] = (
        for method, suffix in (("GET", ""), ("DELETE", ""), ("POST", "/replay"))]
     + [("GET", f"/jobs?{query}", {}) for query in BAD_PAGES + BAD_JOB_FILTERS]
     + [("GET", f"/dead-letter?{query}", {}) for query in BAD_PAGES + ["type=%00"]]
+    + [("POST", "/queues/q/pause", kwargs) for _, kwargs in PAUSE_BODIES]
+    + [("POST", f"/queues/{bad}/{action}", {}) for bad in BAD_QUEUE_NAMES for action in ("pause", "resume")]
+    + [("GET", f"/dead-letter/groups?{query}", {}) for query in ("limit=0", "limit=1001", f"limit={HUGE}", "limit=x")]
+    + [(method, "/queues", {}) for method in ("POST", "DELETE")]
+    + [("GET", f"/queues/q/{action}", {}) for action in ("pause", "resume")]
     + [(method, path, {}) for path in ("/metrics", "/metrics/prometheus", "/health", "/ready", "/openapi.json", "/docs")
        for method in ("POST", "DELETE")]
     + [("GET", "/" + "x" * 10_000, {}), ("GET", "/jobs/1/../../etc/passwd", {}), ("TRACE", "/jobs", {})]
@@ -98,10 +120,11 @@ CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CA
 
 @pytest.fixture
 def ledger_counts(conn):
-    def read() -> tuple[int, int, int]:
+    def read() -> tuple[int, int, int, int]:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM dead_letter_jobs), "
-            "(SELECT coalesce(sum(n), 0) FROM job_counters WHERE name = 'enqueued_total')"
+            "(SELECT coalesce(sum(n), 0) FROM job_counters WHERE name = 'enqueued_total'), "
+            "(SELECT count(*) FROM jobq_queues)"
         ).fetchone()
         return tuple(row)
 
@@ -121,4 +144,4 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(make_app, ledger_cou
     client = make_app(max_body_bytes=4096).test_client()
     for path in ("/jobs", "/jobs/batch"):
         assert_error(client.post(path, data=b"{" + b" " * 10_000 + b"}", content_type=JSON), 413)
-    assert ledger_counts() == (0, 0, 0)
+    assert ledger_counts() == (0, 0, 0, 0)

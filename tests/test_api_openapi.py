@@ -48,7 +48,8 @@ def test_every_route_is_documented_with_its_errors(client):
     paths = client.get("/openapi.json").get_json()["paths"]
     assert set(paths) == {
         "/jobs", "/jobs/batch", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/dead-letter", "/dead-letter/{dead_letter_id}",
-        "/dead-letter/{dead_letter_id}/replay", "/metrics", "/metrics/prometheus", "/health", "/ready",
+        "/dead-letter/{dead_letter_id}/replay", "/dead-letter/groups", "/queues", "/queues/{name}/pause",
+        "/queues/{name}/resume", "/metrics", "/metrics/prometheus", "/health", "/ready",
     }
     for path, operations in paths.items():
         for method, operation in operations.items():

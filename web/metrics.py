@@ -59,6 +59,10 @@ class DatabaseCollector(Collector):
             for status, n in figures.queue_depth.items():
                 depth.add_metric([status, queue], n)
         yield depth
+        paused = GaugeMetricFamily("taskqueue_queue_paused", "1 while the queue is paused, else 0", labels=["queue"])
+        for queue, figures in m.queues.items():
+            paused.add_metric([queue], 1 if figures.paused else 0)
+        yield paused
         yield _gauge("taskqueue_active_workers", "Worker processes with a fresh heartbeat", m.active_workers)
         yield _gauge("taskqueue_running_jobs", "Jobs running now", m.running_jobs)
         totals = CounterMetricFamily("taskqueue_jobs", "Jobs by outcome since the start (monotonic)", labels=["status"])
