@@ -214,3 +214,7 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     settings = load_settings()
     code = dev_mode.run(settings, data_dir=data_dir, procfile=procfile, port=port or settings.port, reset=reset)
     sys.exit(code)
+
+
+from jobq.cli_schedules import schedules  # noqa: E402  (jobq schedules ...)
+main.add_command(schedules)

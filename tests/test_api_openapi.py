@@ -49,6 +49,7 @@ def test_every_route_is_documented_with_its_errors(client):
     assert set(paths) == {
         "/jobs", "/jobs/batch", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/dead-letter", "/dead-letter/{dead_letter_id}",
         "/dead-letter/{dead_letter_id}/replay", "/metrics", "/metrics/prometheus", "/health", "/ready",
+        "/schedules", "/schedules/{name}", "/schedules/{name}/pause", "/schedules/{name}/resume", "/schedules/{name}/run",
     }
     for path, operations in paths.items():
         for method, operation in operations.items():
