@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from psycopg import Cursor
 from psycopg.rows import class_row
 
 from jobq import audit, queries, settings
@@ -146,15 +147,40 @@ def declare(
 def list_schedules(*, conn: Connection | None = None) -> list[Schedule]:
     """Every stored schedule, by name."""
     with connection(conn) as c:
-        cur = c.cursor(row_factory=class_row(Schedule))
-        return cur.execute(queries.SCHEDULE_LIST, _live()).fetchall()
+        return cursor_of_all(c, stale_seconds=_stale_seconds()).fetchall()
+
+
+def cursor_of_all(conn: Connection, *, stale_seconds: float) -> Cursor[Schedule]:
+    """Every stored schedule, by name, as a cursor to fetch from (in a pipeline, later)."""
+    return conn.cursor(row_factory=class_row(Schedule)).execute(queries.SCHEDULE_LIST, {"stale_seconds": stale_seconds})
+
+
+def summary(rows: list[Schedule]) -> dict[str, Any]:
+    """What /metrics shows of the schedules: how many, paused, orphaned, and per name its
+    next and last run (ISO-8601, UTC), the age of the last run and its last job's status."""
+    return {
+        "count": len(rows),
+        "paused": sum(1 for s in rows if s.paused),
+        "orphaned": sum(1 for s in rows if s.orphaned),
+        "items": {
+            s.name: {
+                "next_run_at": s.next_run_at.astimezone(timezone.utc).isoformat(),
+                "last_run_at": s.last_run_at.astimezone(timezone.utc).isoformat() if s.last_run_at else None,
+                "last_run_age_seconds": s.last_run_age_seconds,
+                "last_job_status": s.last_job_status,
+                "paused": s.paused,
+                "orphaned": s.orphaned,
+            }
+            for s in rows
+        },
+    }
 
 
 def get(name: str, *, conn: Connection | None = None) -> Schedule:
     """One schedule. Raises :class:`ScheduleNotFound`."""
     with connection(conn) as c:
         cur = c.cursor(row_factory=class_row(Schedule))
-        found = cur.execute(queries.SCHEDULE_GET, {**_live(), "name": name}).fetchone()
+        found = cur.execute(queries.SCHEDULE_GET, {"stale_seconds": _stale_seconds(), "name": name}).fetchone()
     if found is None:
         raise ScheduleNotFound(name)
     return found
@@ -211,11 +237,11 @@ def prune(*, actor: str | None = None, conn: Connection | None = None) -> list[s
     """Delete the orphaned schedules (no live worker declares them); returns their names."""
     actor = actor or audit.library_actor()
     with connection(conn) as c:
-        names = [name for (name,) in c.execute(queries.SCHEDULE_DELETE_ORPHANS, _live())]
+        names = [name for (name,) in c.execute(queries.SCHEDULE_DELETE_ORPHANS, {"stale_seconds": _stale_seconds()})]
         audit.record(c, actor, "schedule.prune", {"schedules": names}, {"changed": len(names)})
         return names
 
 
-def _live() -> dict[str, float]:
-    """A worker is live while its heartbeat is younger than JOBQ_STALE_THRESHOLD."""
-    return {"stale_seconds": settings.current().stale_threshold}
+def _stale_seconds() -> float:
+    """A worker is live while its heartbeat is younger than this (JOBQ_STALE_THRESHOLD)."""
+    return settings.current().stale_threshold

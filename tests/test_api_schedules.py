@@ -57,3 +57,27 @@ def test_an_unknown_schedule_is_a_404_in_the_error_shape(client, nightly, method
     response = client.open(f"/schedules/weekly{path}", method=method)
     assert_error(response, 404)
     assert response.get_json()["detail"] == "schedule 'weekly' not found"
+
+
+def test_metrics_show_the_schedules_and_prometheus_their_last_run_age_and_pause(client, nightly):
+    from datetime import timedelta
+
+    from jobq import firing
+    from jobq.cron import Cron
+
+    now = nightly.execute("SELECT now()").fetchone()[0]
+    (last,), _ = Cron("0 3 * * *", "Europe/Berlin").due(now - timedelta(days=2), now, 1)
+    nightly.execute("UPDATE jobq_schedules SET next_run_at = %s", (last,))
+    assert firing.fire_due(nightly, stale_seconds=DEFAULT_STALE_THRESHOLD, catch_up_max=100).jobs == 1
+    expected = (now - last).total_seconds()
+    summary = client.get("/metrics").get_json()["schedules"]
+    assert (summary["count"], summary["paused"], summary["orphaned"]) == (1, 0, 0)
+    item = summary["items"]["nightly"]
+    assert item["last_job_status"] == "pending" and expected <= item["last_run_age_seconds"] < expected + 60
+    text = client.get("/metrics/prometheus").get_data(as_text=True)
+    assert 'taskqueue_schedule_paused{schedule="nightly"} 0.0' in text
+    age = next(line for line in text.splitlines() if line.startswith('taskqueue_schedule_last_run_age_seconds{schedule="nightly"}'))
+    assert expected <= float(age.split()[-1]) < expected + 60
+    client.post("/schedules/nightly/pause")
+    assert 'taskqueue_schedule_paused{schedule="nightly"} 1.0' in client.get("/metrics/prometheus").get_data(as_text=True)
+    assert client.get("/metrics").get_json()["schedules"]["paused"] == 1

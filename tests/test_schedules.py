@@ -259,3 +259,22 @@ def test_pause_resume_run_and_prune_are_audited(sched):
 def test_an_unknown_schedule_is_not_found(sched, action):
     with pytest.raises(schedules.ScheduleNotFound, match="'nope'"):
         action("nope", conn=sched)
+
+
+def test_the_command_line_operates_schedules_and_names_an_unknown_one(sched, database_url):
+    from support import run_cli
+
+    declare(sched, spec("nightly"))
+    assert "nightly" in run_cli("schedules", "list", DATABASE_URL=database_url).stdout
+    paused = run_cli("schedules", "pause", "nightly", "--reason", "disk full", DATABASE_URL=database_url)
+    assert (paused.returncode, paused.stdout.strip()) == (0, "jobq: schedule nightly paused")
+    shown = run_cli("schedules", "show", "nightly", DATABASE_URL=database_url).stdout
+    assert "state: paused" in shown and "disk full" in shown
+    assert "resumed" in run_cli("schedules", "resume", "nightly", DATABASE_URL=database_url).stdout
+    ran = run_cli("schedules", "run", "nightly", DATABASE_URL=database_url)
+    assert ran.stdout.startswith("jobq: schedule nightly enqueued job ")
+    assert "pruned 0" in run_cli("schedules", "prune", DATABASE_URL=database_url).stdout
+    missing = run_cli("schedules", "pause", "weekly", DATABASE_URL=database_url)
+    assert (missing.returncode, missing.stderr.strip()) == (1, "jobq: schedule 'weekly' not found")
+    actors = {actor for (actor,) in sched.execute("SELECT actor FROM jobq_audit")}
+    assert len(actors) == 1 and actors.pop().startswith("cli:")
