@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 ON_TIME_GRACE = timedelta(seconds=10)
 BATCH = 100  # schedules per transaction; the rest in the next one
+UNREADABLE_RETRY = timedelta(hours=1)  # a stored expression this jobq cannot read waits this long
 OVERLAP_COUNTER = "schedule_overlap_skipped_total"  # counted under the schedule's queue and type
 
 
@@ -93,7 +94,12 @@ def _fire(
     try:
         cron = Cron(expression, tz)
     except (ValueError, KeyError) as exc:  # a row written by hand, or by a jobq with another croniter
-        log.error("schedule.unreadable name=%s cron=%r tz=%s error=%s", name, expression, tz, exc)
+        log.error("schedule.unreadable name=%s cron=%r tz=%s error=%s: looked at again in %s",
+                  name, expression, tz, exc, UNREADABLE_RETRY)
+        conn.execute(queries.SCHEDULE_ADVANCE_IF_NEXT_RUN_AT, {
+            "name": name, "was": next_run_at, "next_run_at": now + UNREADABLE_RETRY, "last_run_at": None,
+            "last_job_id": None,
+        })
         return Fired()
     slots, capped = slots_to_fire(cron, next_run_at, now, catch_up, catch_up_max)
     if capped:

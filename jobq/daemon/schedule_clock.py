@@ -18,7 +18,8 @@ from jobq.settings import Settings
 
 CONTROL_PAYLOAD = "schedules"  # on jobq_control: a schedule was created, changed or resumed
 RECHECK = 5.0  # seconds: the longest the leader goes without looking
-SOON = 0.01  # seconds: the shortest wait (a slot due right now, or one another leader holds)
+SOON = 0.01  # seconds: the shortest wait (a slot that came due while firing)
+ELSEWHERE = 1.0  # seconds: a due schedule this leader could not take (another one, in a failover, holds it)
 
 
 class ScheduleClock:
@@ -46,5 +47,6 @@ class ScheduleClock:
         fired = firing.fire_due(conn, stale_seconds=self.stale_seconds, catch_up_max=self.catch_up_max)
         until = firing.seconds_until_due(conn, stale_seconds=self.stale_seconds)
         if until is not None:
-            self.next_at = time.monotonic() + min(RECHECK, max(SOON, until))
+            wait = until if until > 0 else SOON if fired.schedules else ELSEWHERE
+            self.next_at = time.monotonic() + min(RECHECK, max(SOON, wait))
         return fired.jobs
