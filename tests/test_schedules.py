@@ -231,6 +231,16 @@ def test_an_orphaned_or_paused_schedule_does_not_fire_and_resumes_by_its_policy(
     assert [row[0] for row in jobs_of(sched, "tick")] == missed[-1:]
 
 
+def test_a_stored_expression_the_leader_cannot_read_waits_an_hour_instead_of_spinning(sched, caplog):
+    declare(sched, spec())
+    sched.execute("UPDATE jobq_schedules SET cron = '0 99 * * *', next_run_at = now() - interval '1 minute'")
+    with caplog.at_level("ERROR", logger="jobq.firing"):
+        assert fire(sched) == firing.Fired()
+    assert "schedule.unreadable name=tick" in caplog.text
+    assert 3590 < firing.seconds_until_due(sched, stale_seconds=STALE) <= 3600
+    assert jobs_of(sched, "tick") == []
+
+
 # -- operating ---------------------------------------------------------------------------
 
 

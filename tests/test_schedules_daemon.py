@@ -86,22 +86,26 @@ def test_missed_slots_after_an_outage_are_fired_as_each_catch_up_policy_says(sch
     assert slots_of(sched, "up_skip") == []
 
 
-def test_a_pause_survives_a_deploy_an_orphan_never_fires_and_a_resume_fires_at_once(sched, daemon):
+def test_a_pause_survives_a_deploy_an_orphan_never_fires_and_a_resume_wakes_the_leader(sched, daemon):
     cron = far_from_now(sched)
-    pre_declare(sched, entry("paused", cron, payload={"release": 1}), entry("orphan", cron))
+    beacon = entry("beacon", cron)
+    pre_declare(sched, entry("paused", cron, payload={"release": 1}), entry("orphan", cron), beacon)
     schedules.pause("paused", reason="until the fix ships", actor="tester", conn=sched)
-    seed_missed(sched, "paused", cron, 1)
-    seed_missed(sched, "orphan", cron, 1)
+    for name in ("paused", "orphan", "beacon"):
+        seed_missed(sched, name, cron, 1)
     # The new release declares 'paused' with a new payload, and no longer declares 'orphan'.
-    start(daemon, entry("paused", cron, payload={"release": 2}), entry("beacon", "* * * * * *"))
-    wait_for(lambda: slots_of(sched, "beacon"), 20, "the leader firing")
-    wait_for(lambda: len(slots_of(sched, "beacon")) >= 2, 10, "a second slot")
+    start(daemon, entry("paused", cron, payload={"release": 2}), beacon)
+    wait_for(lambda: slots_of(sched, "beacon"), 20, "the leader firing the missed slot of a live schedule")
     stored = schedules.get("paused", conn=sched)
     assert (stored.paused, stored.paused_by, stored.reason, stored.payload) == (True, "tester", "until the fix ships", {"release": 2})
     assert schedules.get("orphan", conn=sched).orphaned
     assert slots_of(sched, "paused") == [] and slots_of(sched, "orphan") == []
+    # Nothing else is due for half an hour: the leader sleeps (up to 5 s) until the resume wakes it.
+    resumed_at = sched.execute("SELECT now()").fetchone()[0]
     schedules.resume("paused", actor="tester", conn=sched)
-    wait_for(lambda: slots_of(sched, "paused"), 1.5, "the resumed schedule's missed slot")
+    wait_for(lambda: slots_of(sched, "paused"), 3, "the resumed schedule's missed slot")
+    created = scalar(sched, "SELECT created_at FROM jobs WHERE schedule = 'paused'")
+    assert (created - resumed_at).total_seconds() < 0.5
     assert slots_of(sched, "orphan") == []
 
 
