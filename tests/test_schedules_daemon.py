@@ -123,3 +123,12 @@ def test_overlap_skip_never_runs_two_jobs_of_a_schedule_at_once(sched, daemon):
     assert skipped and skipped >= 1
     fired = slots_of(sched, "long")
     assert any((b - a).total_seconds() > 1 for a, b in zip(fired, fired[1:]))  # slots were skipped, not queued
+
+
+def test_a_worker_whose_row_was_removed_declares_its_schedules_again(sched, daemon):
+    start(daemon, entry("hourly", far_from_now(sched)))
+    declared = "SELECT count(*) FROM workers WHERE schedules ? 'hourly'"
+    wait_for(lambda: scalar(sched, declared) == 1, 20, "the worker declaring")
+    sched.execute("DELETE FROM workers")  # as the leader does to a worker it took for stale
+    wait_for(lambda: scalar(sched, declared) == 1, 5, "the heartbeat registering and declaring again")
+    assert not schedules.get("hourly", conn=sched).orphaned
