@@ -37,6 +37,7 @@ from jobq.errors import (
     UnknownJobType,
 )
 from jobq.handlers.registry import register
+from jobq.declarations import periodic
 from jobq.job import STATUSES, DeadLetter, Job
 from jobq.control import cancel, delete
 from jobq.ledger import counts, get, list_jobs
@@ -74,6 +75,7 @@ __all__ = [
     "get_dead",
     "list_dead",
     "list_jobs",
+    "periodic",
     "progress",
     "register",
     "replay",

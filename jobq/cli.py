@@ -17,6 +17,7 @@ import click
 import jobq.settings
 from jobq import db, logs
 from jobq.cli_queues import dead_groups, queues
+from jobq.cli_schedules import schedules
 from jobq.errors import DatabaseUnavailable, JobqError
 from jobq.migrate import migrate as apply_migrations, required_version
 from jobq.settings import Settings
@@ -219,3 +220,4 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
 
 main.add_command(queues)
 dead.add_command(dead_groups)
+main.add_command(schedules)

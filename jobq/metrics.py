@@ -11,6 +11,7 @@ scrape costs the same with a million finished jobs as with none:
   most RECENT_ROWS, read backwards along ``jobs_completed_idx``);
 - the oldest due pending job from one index probe per queue;
 - which queues are paused from ``jobq_queues`` (a few rows).
+- periodic schedules from ``jobq_schedules`` (a row per schedule).
 
 The statements go in one pipeline: one round trip. The web app's ``/metrics`` and
 ``/metrics/prometheus`` render the same :class:`Metrics`.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobq import queries
+from jobq import schedules as stored_schedules
 from jobq.db import Connection, connection
 from jobq.job import STATUSES
 from jobq.ledger import Counts, counts
@@ -103,6 +105,9 @@ class Metrics(Figures):
     types: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """Per job type: depth per status and totals (exact, from the counters)."""
     window_seconds: float = WINDOW
+    schedules: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Periodic schedules: count, paused, orphaned, and per name its next and last run and
+    last job's status (:func:`jobq.schedules.summary`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -133,11 +138,13 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
             reading = counts(conn=c)
             pending = [q for q, d in reading.queues.items() if d.get("pending")]
             cur_oldest = c.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending})
+            cur_schedules = stored_schedules.cursor_of_all(c, stale_seconds=stale_seconds)
             samples, runs = cur_samples.fetchall(), cur_runs.fetchall()
             worker_queues = [queues for (queues,) in cur_workers.fetchall()]
             dead = {queue: int(n) for queue, n in cur_dead.fetchall()}
             paused = {name for name, paused_at, _, _ in cur_paused.fetchall() if paused_at is not None}
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
+            schedule_rows = cur_schedules.fetchall()
     windows = _windows(reading, samples, runs)
     queue_names = sorted(set(reading.queues) | set(dead) | paused | {DEFAULT_QUEUE})  # the default queue always shows
     per_queue = {
@@ -167,6 +174,7 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
         queues=per_queue,
         types={t: {name: n for name, n in sorted(values.items())} for t, values in sorted(reading.types.items())},
         window_seconds=window,
+        schedules=stored_schedules.summary(schedule_rows),
     )
 
 

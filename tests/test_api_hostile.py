@@ -98,6 +98,8 @@ BAD_JOB_FILTERS = [
     "created_after=9999-12-31T23:59:59-05:00",
 ]
 
+BAD_SCHEDULE_NAMES = ["%00", "a%20b", "x" * 101, "%27%20OR%201=1", "nightly%2F..", "%C3%A9t%C3%A9", "unknown"]
+
 CASES: list[tuple[str, str, dict[str, Any]]] = (
     [("POST", "/jobs", kwargs) for _, kwargs in BODIES]
     + [("POST", "/jobs/batch", kwargs) for _, kwargs in BATCH_BODIES]
@@ -114,6 +116,10 @@ CASES: list[tuple[str, str, dict[str, Any]]] = (
     + [(method, path, {}) for path in ("/metrics", "/metrics/prometheus", "/health", "/ready", "/openapi.json", "/docs")
        for method in ("POST", "DELETE")]
     + [("GET", "/" + "x" * 10_000, {}), ("GET", "/jobs/1/../../etc/passwd", {}), ("TRACE", "/jobs", {})]
+    + [(method, f"/schedules/{bad}{suffix}", {}) for bad in BAD_SCHEDULE_NAMES
+       for method, suffix in (("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("POST", "/run"))]
+    + [("POST", f"/schedules/nightly/pause?{query}", {}) for query in ("reason=%00", "reason=" + "r" * 501)]
+    + [(method, "/schedules", {}) for method in ("POST", "DELETE")]
 )
 CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CASES)]
 

@@ -50,6 +50,7 @@ def test_every_route_is_documented_with_its_errors(client):
         "/jobs", "/jobs/batch", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/dead-letter", "/dead-letter/{dead_letter_id}",
         "/dead-letter/{dead_letter_id}/replay", "/dead-letter/groups", "/queues", "/queues/{name}/pause",
         "/queues/{name}/resume", "/metrics", "/metrics/prometheus", "/health", "/ready",
+        "/schedules", "/schedules/{name}", "/schedules/{name}/pause", "/schedules/{name}/resume", "/schedules/{name}/run",
     }
     for path, operations in paths.items():
         for method, operation in operations.items():

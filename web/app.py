@@ -21,6 +21,7 @@ from web.job_actions import job_actions
 from web.jobs import jobs
 from web.metrics import metrics
 from web.queues import queues
+from web.schedules import schedules
 from web.blueprints import BEARER_SCHEME
 from web.schemas import Error, ValidationFailure
 
@@ -51,7 +52,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     context.attach(app, settings)
     if settings.api_token:
         app.before_request(auth.bearer_guard(settings.api_token, OPEN_ENDPOINTS))
-    for blueprint in (jobs, job_actions, dead_letter, queues, metrics, health):
+    for blueprint in (jobs, job_actions, dead_letter, queues, schedules, metrics, health):
         app.register_api(blueprint)
     app.register_blueprint(docs)
     errors.register(app)

@@ -85,6 +85,22 @@ class DatabaseCollector(Collector):
         yield CounterMetricFamily(
             "taskqueue_stale_lease_rejections", "Outcome writes rejected for a stale lease", value=m.stale_lease_rejections_total
         )
+        yield from _schedules(m)
+
+
+def _schedules(m: Metrics) -> Iterator[Metric]:
+    """Per schedule: seconds since its latest slot fired (NaN before its first), to alert
+    on one that stopped firing, and whether it is paused, to leave those out."""
+    age = GaugeMetricFamily(
+        "taskqueue_schedule_last_run_age_seconds", "Seconds since the schedule's latest slot fired", labels=["schedule"]
+    )
+    paused = GaugeMetricFamily("taskqueue_schedule_paused", "1 while an operator has the schedule paused", labels=["schedule"])
+    for name, item in m.schedules.get("items", {}).items():
+        last = item["last_run_age_seconds"]
+        age.add_metric([name], math.nan if last is None else last)
+        paused.add_metric([name], 1 if item["paused"] else 0)
+    yield age
+    yield paused
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

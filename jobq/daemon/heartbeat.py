@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from jobq import claims, running
+from jobq import claims, declarations, running
 from jobq.daemon import presence
 from jobq.daemon.batch import Hand
 from jobq.daemon.outcomes import Outcomes
@@ -96,6 +96,7 @@ class Heartbeat(threading.Thread):
             now = self.hand.in_hand()  # under the session lock: what the database has
             if not presence.beat(conn, self.worker_id, now.running, now.recorded):
                 presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
+                presence.declare(conn, self.worker_id, declarations.hashes())
             return claims.heartbeat(conn, now.held).result() if now.held else set()
 
         lost = self.session.run(write)

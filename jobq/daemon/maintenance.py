@@ -11,6 +11,10 @@ its own interval: the samples of the counters that trailing-window metrics are
 computed from, the stale reaper, the removal of dead workers' rows, and retention
 (JOBQ_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
 only when it changed something.
+
+The leader also fires periodic jobs, on their slots rather than on an interval
+(:mod:`jobq.daemon.schedule_clock`), woken by a ``schedules`` notification on
+``jobq_control``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import psycopg
 from jobq import claims, db, locks, metrics_samples, queries, retention
 from jobq.daemon import presence, reaper, reports
 from jobq.daemon.listener import CONTROL_CHANNEL, Listener
+from jobq.daemon.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
 from jobq.daemon.wakeup import SelfPipe
 from jobq.db import Connection
 from jobq.errors import DatabaseUnavailable
@@ -91,6 +96,8 @@ class Maintenance:
         ]
         if settings.retention > 0:
             self.duties.append(Duty("retention", every, self.prune_once))
+        # Periodic jobs: the leader fires them on their slots, not on an interval.
+        self.schedules = ScheduleClock(settings)
 
     def run(self) -> int:
         self.wakeup = SelfPipe.for_child(stop=lambda *_: self.stopping.set(), quit=lambda *_: os._exit(0))
@@ -132,12 +139,17 @@ class Maintenance:
         """Tell the supervisor what operators did since the last look (its workers act on
         it: a cancelled job stops, a paused queue's claimed jobs are not started)."""
         for payload in self.control.payloads():
+            if payload == SCHEDULES_CHANGED:
+                self.schedules.wake()
+                continue
             message = reports.control(payload)
             if message is not None and not reports.write(self.control_fd, message):
                 log.warning("maintenance.control_dropped message=%s: the supervisor is not reading", payload)
 
     def wait(self) -> None:
         timeout = RECOVER_RETRY if self.pending else max(0.0, self.next_lead - time.monotonic())
+        if self.leader:
+            timeout = min(timeout, self.schedules.wait_seconds())
         if self.conn is None:
             timeout = min(timeout, max(0.0, self.next_connect - time.monotonic()))
         listening = self.control.fileno()
@@ -155,6 +167,8 @@ class Maintenance:
             if lead and time.monotonic() >= self.next_lead:
                 self.lead()
                 self.next_lead = time.monotonic() + min(self.settings.reaper_interval, SAMPLE_INTERVAL)
+            if lead and self.leader and self.schedules.due():
+                self.run_duty("schedules", self.schedules.run_once)
         except CONNECTION_ERRORS as exc:
             log.warning("maintenance.db_error error=%s", db.first_line(exc))
             self.disconnect()

@@ -34,7 +34,7 @@ import time
 
 import psycopg
 
-from jobq import claims, locks, running
+from jobq import claims, declarations, locks, running, schedules
 from jobq.claims import Claim
 from jobq.daemon import batch, execution, presence, reports
 from jobq.daemon.batch import Hand
@@ -146,6 +146,7 @@ class Worker:
         self.session.run(
             lambda conn, _: presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
         )
+        self.declare_schedules()
         self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
         self.listener.connect()
         self.heartbeat = Heartbeat(
@@ -159,6 +160,15 @@ class Worker:
             orphaned=self.orphaned,
         )
         self.heartbeat.start()
+
+    def declare_schedules(self) -> None:
+        """Record the periodic schedules the handler modules declared on this worker's row,
+        and upsert them (the newest changed definition wins; a pause stays)."""
+        declared = declarations.declared()
+        hashes = {name: schedule.definition_hash() for name, schedule in declared.items()}
+        stale = self.settings.stale_threshold
+        self.session.run(lambda conn, _: presence.declare(conn, self.worker_id, hashes))
+        self.session.run(lambda conn, _: schedules.declare(conn, self.worker_id, declared, stale_seconds=stale))
 
     def handle_stop(self, signum: int, frame: object) -> None:
         self.request_stop(signal.Signals(signum).name)
