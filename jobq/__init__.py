@@ -40,9 +40,11 @@ from jobq.errors import (
     UnknownJobType,
 )
 from jobq.handlers.registry import register
+from jobq.declarations import periodic
 from jobq.job import STATUSES, DeadLetter, Job
 from jobq.control import cancel, delete, retry, run_now
 from jobq.ledger import counts, get, list_jobs
+from jobq.running import cancel_requested, progress
 
 __version__ = "0.1.0"
 
@@ -69,6 +71,7 @@ __all__ = [
     "Overloaded",
     "UnknownJobType",
     "cancel",
+    "cancel_requested",
     "delete",
     "counts",
     "discard_dead",
@@ -78,6 +81,8 @@ __all__ = [
     "get_dead",
     "list_dead",
     "list_jobs",
+    "periodic",
+    "progress",
     "register",
     "replay",
     "retry",

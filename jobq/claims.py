@@ -179,6 +179,20 @@ def release(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Defe
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
+def cancel(conn: Connection, jobs: Sequence[Leased], *, actor: str, lock_base: int) -> Deferred[set[int]]:
+    """claimed|running -> cancelled (a handler that ended cancelled); the answer is the
+    ids whose write found the job already changed (an operator's cancel, usually)."""
+    cur = conn.cursor()
+    cur.execute(queries.JOB_CANCEL_IF_LEASED, {**_locked_params(jobs, lock_base), "actor": actor})
+    return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
+
+
+def set_progress(conn: Connection, job: Leased, progress_json: str) -> bool:
+    """Write a running job's progress; False if it is no longer held under its lease."""
+    params = {"id": job.job_id, "lease": job.lease, "progress": progress_json}
+    return conn.execute(queries.JOB_PROGRESS_SET_IF_LEASED, params).fetchone() is not None
+
+
 def relock(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> set[int]:
     """After a reconnect: take again the advisory locks of jobs still held under their
     leases. Returns the ids that are lost (lease gone or lock held elsewhere)."""

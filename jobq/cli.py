@@ -16,6 +16,8 @@ import click
 
 import jobq.settings
 from jobq import cli_actions, db, logs
+from jobq.cli_queues import dead_groups, queues
+from jobq.cli_schedules import schedules
 from jobq.errors import DatabaseUnavailable, JobqError
 from jobq.migrate import migrate as apply_migrations, required_version
 from jobq.settings import Settings
@@ -216,4 +218,7 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     sys.exit(code)
 
 
+main.add_command(queues)
+dead.add_command(dead_groups)
+main.add_command(schedules)
 cli_actions.attach(main, dead)  # the operator's commands: cancel, delete, retry, run-now, bulk, audit

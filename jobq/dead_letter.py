@@ -1,15 +1,49 @@
-"""The dead-letter table: jobs that ran out of retries, kept until replayed or discarded."""
+"""The dead-letter table: jobs that ran out of retries, kept until replayed or discarded;
+and its letters grouped by cause (:func:`groups`)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from psycopg import sql
 from psycopg.rows import class_row
 
 from jobq import queries
 from jobq.db import Connection, connection
-from jobq.errors import AlreadyReplayed, DeadLetterNotFound
+from jobq.errors import AlreadyReplayed, DeadLetterNotFound, InvalidArgument
 from jobq.job import DeadLetter, Job
 from jobq.ledger import DEFAULT_LIMIT, Page, check_id, check_page, fetch_by_id
+
+MAX_GROUPS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Dead letters of one type and one error signature (the exception's line, with
+    numbers, ids and hex normalised): ``count`` of them waiting (not replayed), the
+    first and last time one died, and the newest one (``example_id``). ``id`` is
+    opaque (a hash of type and signature), stored on each letter as ``group_id``."""
+
+    id: str
+    type: str
+    signature: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    example_id: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "signature": self.signature,
+            "count": self.count,
+            "first_seen": self.first_seen.isoformat(),
+            "last_seen": self.last_seen.isoformat(),
+            "example_id": self.example_id,
+        }
 
 
 def get(dead_letter_id: int, *, conn: Connection | None = None) -> DeadLetter:
@@ -59,3 +93,13 @@ def discard(dead_letter_id: int, *, conn: Connection | None = None) -> None:
         deleted = c.execute(queries.DEAD_LETTER_DELETE, {"id": dead_letter_id}).fetchone()
     if deleted is None:
         raise DeadLetterNotFound(dead_letter_id)
+
+
+def groups(*, limit: int = 100, conn: Connection | None = None) -> list[Group]:
+    """The groups that have dead letters waiting, the most recently seen first; read from
+    the groups table (kept exact by triggers in the transaction that writes a letter),
+    never from the letters. Raises :class:`InvalidArgument` unless 1 <= limit <= 1000."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GROUPS:
+        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_GROUPS}")
+    with connection(conn) as c, c.cursor(row_factory=class_row(Group)) as cur:
+        return cur.execute(queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": limit}).fetchall()

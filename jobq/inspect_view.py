@@ -37,9 +37,14 @@ def _depth(snap: Snapshot) -> Table:
 
 
 def _workers(snap: Snapshot) -> Table:
-    table = _table(f"workers ({len(snap.workers)})", "worker", "queues", "running job", "jobs done", "heartbeat age")
+    table = _table(
+        f"workers ({len(snap.workers)})", "worker", "queues", "running job", "progress", "jobs done", "heartbeat age"
+    )
     for w in snap.workers:
-        table.add_row(w.id, ",".join(w.queues), str(w.current_job_id or "-"), str(w.jobs_done), f"{w.heartbeat_age_seconds:.1f} s")
+        table.add_row(
+            w.id, ",".join(w.queues), str(w.current_job_id or "-"), _progress(w.progress), str(w.jobs_done),
+            f"{w.heartbeat_age_seconds:.1f} s",
+        )
     return table
 
 
@@ -70,3 +75,12 @@ def _locks(snap: Snapshot) -> Table:
     for lock in snap.advisory_locks:
         table.add_row(lock.holds, str(lock.pid), lock.application_name or "")
     return table
+
+
+def _progress(progress: dict | None) -> str:
+    """``45 % step 2 of 4`` (either part may be missing), or ``-``."""
+    if not progress:
+        return "-"
+    fraction = progress.get("fraction")
+    parts = [f"{fraction * 100:.0f} %" if isinstance(fraction, (int, float)) else "", progress.get("message") or ""]
+    return " ".join(part for part in parts if part) or "-"

@@ -25,6 +25,7 @@ class WorkerRow:
     jobs_done: int
     started_at: datetime
     heartbeat_age_seconds: float
+    progress: dict[str, Any] | None = None  # of the job it runs (jobq.progress)
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,8 @@ class Job(_Row):
     progress: dict[str, Any] | None = None
     cancelled_by: str | None = None
     retried_as: int | None = None  # the job a retry of this one created
+    schedule: str | None = None  # the periodic schedule that made it (jobq.periodic)
+    scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
 
 
 @dataclasses.dataclass(slots=True)

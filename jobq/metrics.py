@@ -9,7 +9,9 @@ scrape costs the same with a million finished jobs as with none:
   (``job_counter_samples``);
 - run times and start latencies from the most recent completions in the window (at
   most RECENT_ROWS, read backwards along ``jobs_completed_idx``);
-- the oldest due pending job from one index probe per queue.
+- the oldest due pending job from one index probe per queue;
+- which queues are paused from ``jobq_queues`` (a few rows).
+- periodic schedules from ``jobq_schedules`` (a row per schedule).
 
 The statements go in one pipeline: one round trip. The web app's ``/metrics`` and
 ``/metrics/prometheus`` render the same :class:`Metrics`.
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobq import queries
+from jobq import schedules as stored_schedules
 from jobq.db import Connection, connection
 from jobq.job import STATUSES
 from jobq.ledger import Counts, counts
@@ -58,7 +61,7 @@ class Figures:
     """The metrics of one scope: the whole queue, or one named queue."""
 
     queue_depth: dict[str, int]
-    """Jobs in each of the six statuses now, zeros included (exact)."""
+    """Jobs in each of the seven statuses now, zeros included (exact)."""
     active_workers: int
     """Worker processes with a fresh heartbeat (serving this queue)."""
     running_jobs: int
@@ -72,7 +75,8 @@ class Figures:
     start_latency_seconds: Quantiles
     """run_at (created_at for jobs due at once) -> started, jobs done in the window."""
     oldest_pending_age_seconds: float | None
-    """How long the oldest due pending job has been due; None when nothing is due."""
+    """How long the oldest due pending job has been due; None when nothing is due. For
+    the whole queue, of the queues not paused: a paused queue's jobs wait on purpose."""
     total_jobs: int
     """Jobs ever enqueued (monotonic; an enqueue counts at once)."""
     dead_letter_count: int
@@ -87,13 +91,23 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class QueueFigures(Figures):
+    """The metrics of one named queue, and whether it is paused (jobq.queues)."""
+
+    paused: bool = False
+
+
+@dataclass(frozen=True)
 class Metrics(Figures):
     """The whole queue, with a breakdown per queue and per type."""
 
-    queues: dict[str, Figures] = dataclasses.field(default_factory=dict)
+    queues: dict[str, QueueFigures] = dataclasses.field(default_factory=dict)
     types: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """Per job type: depth per status and totals (exact, from the counters)."""
     window_seconds: float = WINDOW
+    schedules: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Periodic schedules: count, paused, orphaned, and per name its next and last run and
+    last job's status (:func:`jobq.schedules.summary`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,22 +134,31 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
             cur_runs = c.execute(queries.JOB_LIST_RECENT_RUN_TIMES, {"window": window, "limit": RECENT_ROWS})
             cur_workers = c.execute(queries.WORKER_LIST_ACTIVE_QUEUES, {"stale_seconds": stale_seconds})
             cur_dead = c.execute(queries.DEAD_LETTER_COUNT_WAITING_BY_QUEUE)
+            cur_paused = c.execute(queries.QUEUE_LIST)
             reading = counts(conn=c)
             pending = [q for q, d in reading.queues.items() if d.get("pending")]
             cur_oldest = c.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending})
+            cur_schedules = stored_schedules.cursor_of_all(c, stale_seconds=stale_seconds)
             samples, runs = cur_samples.fetchall(), cur_runs.fetchall()
             worker_queues = [queues for (queues,) in cur_workers.fetchall()]
             dead = {queue: int(n) for queue, n in cur_dead.fetchall()}
+            paused = {name for name, paused_at, _, _ in cur_paused.fetchall() if paused_at is not None}
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
+            schedule_rows = cur_schedules.fetchall()
     windows = _windows(reading, samples, runs)
-    queue_names = sorted(set(reading.queues) | set(dead) | {DEFAULT_QUEUE})  # the default queue always shows
+    queue_names = sorted(set(reading.queues) | set(dead) | paused | {DEFAULT_QUEUE})  # the default queue always shows
     per_queue = {
-        q: _figures(
-            reading.queues.get(q, {}),
-            windows.get(q, _Window()),
-            active=sum(1 for queues in worker_queues if q in queues),
-            oldest=oldest.get(q),
-            dead=dead.get(q, 0),
+        q: QueueFigures(
+            **_fields(
+                _figures(
+                    reading.queues.get(q, {}),
+                    windows.get(q, _Window()),
+                    active=sum(1 for queues in worker_queues if q in queues),
+                    oldest=oldest.get(q),
+                    dead=dead.get(q, 0),
+                )
+            ),
+            paused=q in paused,
         )
         for q in queue_names
     }
@@ -143,15 +166,21 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
         {**dict(reading.totals), **reading.depth},
         windows.get(None, _Window()),
         active=len(worker_queues),
-        oldest=max(oldest.values(), default=None),
+        oldest=max((age for q, age in oldest.items() if q not in paused), default=None),
         dead=sum(dead.values()),
     )
     return Metrics(
-        **{f.name: getattr(overall, f.name) for f in dataclasses.fields(Figures)},
+        **_fields(overall),
         queues=per_queue,
         types={t: {name: n for name, n in sorted(values.items())} for t, values in sorted(reading.types.items())},
         window_seconds=window,
+        schedules=stored_schedules.summary(schedule_rows),
     )
+
+
+def _fields(figures: Figures) -> dict[str, Any]:
+    """The fields of Figures, to build a subclass from (shallow: no copy)."""
+    return {f.name: getattr(figures, f.name) for f in dataclasses.fields(Figures)}
 
 
 def _windows(reading: Counts, samples: Iterable[tuple], runs: Iterable[tuple]) -> dict[str | None, _Window]:

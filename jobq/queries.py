@@ -2,9 +2,10 @@
 
 What is here: enqueueing, reading, cancelling, retrying, claiming and recording the
 outcome of jobs; bulk operations and their chunks; the reaper's, retention's and the
-maintenance leader's statements; dead letters; worker rows; the per-session counters and their samples; the reads behind
-``jobq inspect``, the metrics and the readiness ping; the record of applied
-migrations; and the advisory-lock calls (a job's lock rides in its claim and outcome
+maintenance leader's statements; dead letters and their groups; worker rows; paused
+queues; the per-session counters and their samples; the reads behind ``jobq
+inspect``, the metrics and the readiness ping; the record of applied migrations; and
+the advisory-lock calls (a job's lock rides in its claim and outcome
 statements, the leader's and the migrations' stand alone).
 
 DDL lives in the numbered files of ``jobq/migrations``, with one exception:
@@ -22,7 +23,8 @@ with ``psycopg.sql``. The advisory key of job ``id`` is ``%(lock_base)s | id`` w
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
 :mod:`jobq.control`, :mod:`jobq.operations`, :mod:`jobq.audit`, :mod:`jobq.dead_letter`,
 :mod:`jobq.claims`, :mod:`jobq.retention`, :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`,
-:mod:`jobq.inspection`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the ping) and the daemon's
+:mod:`jobq.inspection`, :mod:`jobq.queues`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the
+ping) and the daemon's
 (:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
 :mod:`jobq.daemon.maintenance`, and :mod:`jobq.daemon.session` for its counter
 slot). Routes, the CLI and everything else call those modules; tests may run a
@@ -36,7 +38,7 @@ from __future__ import annotations
 JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
-    "lease, idempotency_key, tags, progress, cancelled_by, retried_as"
+    "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for"
 )
 DEAD_LETTER_COLUMNS = (
     "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
@@ -207,12 +209,25 @@ COUNTER_ADD = (
 # waits on one, nor on another jobq session.
 COUNTER_SLOT_TAKE = "SELECT jobq_counter_slot_take(%(lock_base)s)"
 
+# OPEN_QUEUES: a CTE fragment (the claim's and the idle timer's): those of
+# %(queues)s that are not paused, each checked with one primary-key probe of
+# jobq_queues. MATERIALIZED, so that the check runs once per queue before the
+# per-queue scans of jobs, never once per candidate row. A claim already under way
+# when a pause commits works from its own snapshot: what it took goes back from the
+# worker's batch unstarted (jobq.daemon), which hears the pause on jobq_control.
+OPEN_QUEUES = (
+    "open_queues AS MATERIALIZED (SELECT q.queue FROM unnest(%(queues)s::text[]) AS q(queue) "
+    "WHERE NOT EXISTS (SELECT FROM jobq_queues AS p WHERE p.name = q.queue AND p.paused_at IS NOT NULL))"
+)
+
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
-# idle worker sleeps until then and not a whole poll interval; one index probe per queue
+# idle worker sleeps until then and not a whole poll interval; paused queues are left
+# out first (one primary-key probe of jobq_queues per queue: OPEN_QUEUES), so that no
+# idle worker spins on a paused queue's due jobs; then one index probe per queue
 # (jobs_pending_run_at_idx). NULL when nothing is pending.
 JOB_NEXT_RUN_AT = (
-    "SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
-    "FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "WITH " + OPEN_QUEUES + " SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
+    "FROM open_queues AS q, LATERAL ("
     "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue ORDER BY run_at LIMIT 1) AS next"
 )
 
@@ -220,13 +235,15 @@ JOB_NEXT_RUN_AT = (
 # Claiming and outcomes (the worker's side)
 
 # JOB_CLAIM: pending -> claimed for up to %(limit)s due jobs of some queues, each with a
-# new lease. Per queue, an index range scan of jobs_pending_claim_idx in claim order that
-# stops at the limit and skips row-locked rows (SKIP LOCKED) instead of waiting; the
-# queues' candidates are merged in claim order. The advisory lock is taken in
-# RETURNING, so only on the rows actually returned; the row locks of candidates left
-# over end with the statement.
+# new lease. Paused queues are left out first (OPEN_QUEUES: one primary-key probe of
+# jobq_queues per queue, none per row). Per queue left, an index range scan of
+# jobs_pending_claim_idx in claim order that stops at the limit and skips row-locked
+# rows (SKIP LOCKED) instead of waiting; the queues' candidates are merged in claim
+# order. The advisory lock is taken in RETURNING, so only on the rows actually
+# returned; the row locks of candidates left over end with the statement.
 JOB_CLAIM = (
-    "WITH due AS (SELECT c.id FROM unnest(%(queues)s::text[]) AS q(queue), LATERAL ("
+    "WITH " + OPEN_QUEUES + ", "
+    "due AS (SELECT c.id FROM open_queues AS q, LATERAL ("
     "SELECT id, priority, run_at FROM jobs "
     "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
     "ORDER BY priority DESC, run_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) AS c "
@@ -328,6 +345,29 @@ JOB_RELEASE_IF_LEASED = (
     "SELECT o.id, released.id IS NOT NULL, "
     "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
     "FROM o LEFT JOIN released ON released.id = o.id"
+)
+
+# JOB_CANCEL_IF_LEASED: claimed|running -> cancelled, by the worker whose handler ended
+# cancelled (it raised jobq.Cancelled); guarded by lease and status, so that a job
+# already cancelled by an operator (whose cancel replaced the lease) is left as it is.
+# Releases the advisory locks of the batch either way.
+JOB_CANCEL_IF_LEASED = (
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(locked)s::bool[]) "
+    "AS o(id, lease, locked)), "
+    "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id) "
+    "SELECT o.id, cancelled.id IS NOT NULL, "
+    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "FROM o LEFT JOIN cancelled ON cancelled.id = o.id"
+)
+
+# JOB_PROGRESS_SET_IF_LEASED: a running job's latest progress, written by its worker's
+# heartbeat thread; guarded by lease and status (primary key). No status change: the
+# counters' trigger finds nothing to count.
+JOB_PROGRESS_SET_IF_LEASED = (
+    "UPDATE jobs SET progress = %(progress)s::jsonb "
+    "WHERE id = %(id)s AND lease = %(lease)s AND status IN ('claimed', 'running') RETURNING id"
 )
 
 # JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this
@@ -478,10 +518,13 @@ WORKER_DELETE_IF_STALE = (
 # ---------------------------------------------------------------------------------------
 # Inspection (jobq inspect)
 
-# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows).
+# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows), and
+# the progress of the job it runs (one primary-key probe each).
 WORKER_LIST = (
-    "SELECT id, hostname, pid, queues, current_job_id, jobs_done, started_at, "
-    "extract(epoch FROM now() - heartbeat_at)::float8 FROM workers ORDER BY hostname, pid"
+    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "extract(epoch FROM now() - w.heartbeat_at)::float8, "
+    "(SELECT j.progress FROM jobs AS j WHERE j.id = w.current_job_id) "
+    "FROM workers AS w ORDER BY w.hostname, w.pid"
 )
 
 # JOB_GET_OLDEST_DUE: the oldest due pending job of each of some queues (one probe of
@@ -602,6 +645,198 @@ AUDIT_DELETE_BEFORE = (
 
 # AUDIT_KEY_GET: the server-side key that API actors are an HMAC under (a table of one row).
 AUDIT_KEY_GET = "SELECT key FROM jobq_keys WHERE name = 'audit'"
+
+# ---------------------------------------------------------------------------------------
+# Queues (jobq.queues; the claim's side is OPEN_QUEUES, above)
+
+# QUEUE_LIST: every queue ever paused, with its pause (a table of a few rows, no lock);
+# paused_at is NULL for a queue resumed since.
+QUEUE_LIST = "SELECT name, paused_at, paused_by, reason FROM jobq_queues ORDER BY name"
+
+# QUEUE_PAUSE_IF_NOT_PAUSED: pause some queues (a row is created for a queue that has
+# none), guarded by paused_at IS NULL: a queue already paused keeps its first pause and
+# is not returned. Rows are written in name order (the caller sorts), so two pauses
+# never lock them in opposite orders. Each queue paused is announced on jobq_control
+# ('pause <queue>'), delivered at commit. Returns the queues paused by this statement.
+QUEUE_PAUSE_IF_NOT_PAUSED = (
+    "WITH paused AS (INSERT INTO jobq_queues AS q (name, paused_at, paused_by, reason) "
+    "SELECT name, now(), %(actor)s, %(reason)s FROM unnest(%(names)s::text[]) AS n(name) "
+    "ON CONFLICT (name) DO UPDATE SET paused_at = excluded.paused_at, paused_by = excluded.paused_by, "
+    "reason = excluded.reason WHERE q.paused_at IS NULL RETURNING q.name) "
+    "SELECT name, pg_notify('jobq_control', 'pause ' || name) FROM paused"
+)
+
+# QUEUE_RESUME_IF_PAUSED: resume some queues (all paused ones when %(names)s is NULL),
+# guarded by paused_at IS NOT NULL (primary key, or a scan of the few rows for all).
+# Each queue resumed is announced on jobq_control ('resume <queue>') and, when it has
+# pending jobs (their depth from job_counters, no jobs scan), wakes idle workers at
+# once as an enqueue does (jobq_wake: '<queue> <n>' on jobq). Returns each queue resumed
+# with its pending depth.
+QUEUE_RESUME_IF_PAUSED = (
+    "WITH resumed AS (UPDATE jobq_queues SET paused_at = NULL, paused_by = NULL, reason = NULL "
+    "WHERE paused_at IS NOT NULL AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[])) RETURNING name), "
+    "depth AS (SELECT r.name, (SELECT coalesce(sum(c.n), 0) FROM job_counters AS c "
+    "WHERE c.queue = r.name AND c.name = 'pending')::bigint AS pending FROM resumed AS r) "
+    "SELECT name, pending, pg_notify('jobq_control', 'resume ' || name), "
+    "CASE WHEN pending > 0 THEN jobq_wake(ARRAY[name], ARRAY[pending]) END FROM depth"
+)
+
+# ---------------------------------------------------------------------------------------
+# Dead-letter groups (jobq.dead_letter.groups; the groups are kept by triggers, 0005)
+
+# DEAD_LETTER_GROUP_LIST_WAITING: groups with letters waiting, newest last_seen first
+# (jobq_dead_letter_groups_waiting_idx, partial on count > 0; id breaks ties); never a
+# scan of the dead letters themselves.
+DEAD_LETTER_GROUP_LIST_WAITING = (
+    "SELECT id, type, signature, count, first_seen, last_seen, example_id FROM jobq_dead_letter_groups "
+    "WHERE count > 0 ORDER BY last_seen DESC, id LIMIT %(limit)s"
+)
+# Schedules (jobq.schedules: declaring and operating them; jobq.firing: the leader's
+# firing). A worker is live while its heartbeat is younger than %(stale_seconds)s; a
+# schedule fires while a live worker declares it (workers.schedules ? name: a seq scan
+# of a table of a few rows per worker process).
+
+# DATABASE_NOW: the database's clock, which slots are computed against (in the caller's
+# transaction: the now() its next statements see).
+DATABASE_NOW = "SELECT now()"
+
+# SCHEDULE_UPSERT_IF_CHANGED: a worker's declarations, in name order (two workers booting
+# at once lock the rows in one order). A new name is inserted; a known one whose
+# definition hash differs is replaced (the newest upsert wins), keeping next_run_at
+# unless the cron or zone changed; paused_* are never touched (what an operator paused
+# stays paused). Returns the names inserted or changed.
+SCHEDULE_UPSERT_IF_CHANGED = (
+    "INSERT INTO jobq_schedules AS s (name, cron, tz, type, queue, payload, priority, max_retries, catch_up, "
+    "overlap, hash, next_run_at) "
+    "SELECT * FROM unnest(%(names)s::text[], %(crons)s::text[], %(tzs)s::text[], %(types)s::text[], "
+    "%(queues)s::text[], %(payloads)s::jsonb[], %(priorities)s::smallint[], %(max_retries)s::int[], "
+    "%(catch_ups)s::text[], %(overlaps)s::text[], %(hashes)s::text[], %(next_run_ats)s::timestamptz[]) ORDER BY 1 "
+    "ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, tz = excluded.tz, type = excluded.type, "
+    "queue = excluded.queue, payload = excluded.payload, priority = excluded.priority, "
+    "max_retries = excluded.max_retries, catch_up = excluded.catch_up, overlap = excluded.overlap, "
+    "hash = excluded.hash, updated_at = now(), next_run_at = CASE WHEN (s.cron, s.tz) = (excluded.cron, excluded.tz) "
+    "THEN s.next_run_at ELSE excluded.next_run_at END "
+    "WHERE s.hash <> excluded.hash "
+    "RETURNING name"
+)
+
+# WORKER_DECLARE_SCHEDULES: the names and definition hashes a worker declares, on its
+# own row (primary key).
+WORKER_DECLARE_SCHEDULES = "UPDATE workers SET schedules = %(schedules)s::jsonb WHERE id = %(id)s"
+
+# WORKER_LIST_SCHEDULE_CONFLICTS: of some declarations, those that another live worker
+# declares with a different hash (a rolling deploy): name and how many such workers.
+WORKER_LIST_SCHEDULE_CONFLICTS = (
+    "SELECT d.name, count(*) FROM workers AS w, jsonb_each_text(w.schedules) AS d(name, hash) "
+    "WHERE w.id <> %(id)s AND w.heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s) "
+    "AND %(schedules)s::jsonb ? d.name AND %(schedules)s::jsonb ->> d.name <> d.hash "
+    "GROUP BY d.name ORDER BY d.name"
+)
+
+# _LIVE_DECLARER: a worker with a fresh heartbeat declares schedule s.
+_LIVE_DECLARER = (
+    "EXISTS (SELECT FROM workers AS w WHERE w.schedules ? s.name "
+    "AND w.heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s))"
+)
+
+# SCHEDULE_LOCK_DUE: the leader's due schedules (next_run_at passed, not paused, declared
+# by a live worker), row-locked for the firing transaction; rows another leader holds
+# are skipped (SKIP LOCKED), and a row it advanced meanwhile is re-read and no longer
+# due. With whether the schedule has a job pending, claimed or running
+# (jobs_schedule_active_idx), and the transaction's now().
+SCHEDULE_LOCK_DUE = (
+    "SELECT s.name, s.cron, s.tz, s.type, s.queue, s.catch_up, s.overlap, s.next_run_at, "
+    "EXISTS (SELECT FROM jobs AS j WHERE j.schedule = s.name AND j.status IN ('pending', 'claimed', 'running')), "
+    "now() FROM jobq_schedules AS s "
+    "WHERE s.paused_at IS NULL AND s.next_run_at <= now() AND " + _LIVE_DECLARER + " "
+    "ORDER BY s.name LIMIT %(limit)s FOR UPDATE OF s SKIP LOCKED"
+)
+
+# JOB_INSERT_SCHEDULED: one job per slot of schedule %(name)s, its spec read from the
+# schedule's row (locked by the caller), with the idempotency key 'cron:<name>:<slot>'
+# (jobs_idempotency_key_idx), so that a slot fired twice (two leaders during a failover)
+# makes one job. Returns the jobs inserted, oldest slot first.
+JOB_INSERT_SCHEDULED = (
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, idempotency_key, schedule, scheduled_for) "
+    "SELECT s.type, s.queue, s.payload, s.priority, s.max_retries, k.key, s.name, k.slot "
+    "FROM jobq_schedules AS s, unnest(%(slots)s::timestamptz[], %(keys)s::text[]) AS k(slot, key) "
+    "WHERE s.name = %(name)s ORDER BY k.slot "
+    "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
+    "RETURNING id, scheduled_for"
+)
+
+# SCHEDULE_ADVANCE_IF_NEXT_RUN_AT: the next slot, and the latest fired, of a schedule
+# the caller locked; guarded by the next_run_at it read (a row advanced by someone else
+# matches nothing).
+SCHEDULE_ADVANCE_IF_NEXT_RUN_AT = (
+    "UPDATE jobq_schedules SET next_run_at = %(next_run_at)s, "
+    "last_run_at = coalesce(%(last_run_at)s, last_run_at), last_job_id = coalesce(%(last_job_id)s, last_job_id) "
+    "WHERE name = %(name)s AND next_run_at = %(was)s RETURNING name"
+)
+
+# SCHEDULE_NEXT_DUE_IN: seconds until the earliest slot of the schedules that would fire
+# (not paused, declared by a live worker); negative when one is due; NULL when none.
+# A scan of jobq_schedules (one row per schedule).
+SCHEDULE_NEXT_DUE_IN = (
+    "SELECT extract(epoch FROM min(s.next_run_at) - now())::float8 FROM jobq_schedules AS s "
+    "WHERE s.paused_at IS NULL AND " + _LIVE_DECLARER
+)
+
+# SCHEDULE_LIST: every schedule with how many live workers declare it (0: orphaned) and
+# the status of its last job (primary key), by name; no lock.
+SCHEDULE_SELECT = (
+    "SELECT s.name, s.cron, s.tz, s.type, s.queue, s.payload, s.priority, s.max_retries, s.catch_up, s.overlap, "
+    "s.hash, s.paused_at, s.paused_by, s.reason, s.next_run_at, s.last_run_at, s.last_job_id, "
+    "s.created_at, s.updated_at, "
+    "(SELECT count(*) FROM workers AS w WHERE w.schedules ? s.name "
+    "AND w.heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s))::int AS declared_by, "
+    "(SELECT j.status FROM jobs AS j WHERE j.id = s.last_job_id) AS last_job_status, "
+    "extract(epoch FROM now() - s.last_run_at)::float8 AS last_run_age_seconds "
+    "FROM jobq_schedules AS s"
+)
+SCHEDULE_LIST = SCHEDULE_SELECT + " ORDER BY s.name"
+
+# SCHEDULE_GET: one schedule (primary key), as SCHEDULE_LIST shows it.
+SCHEDULE_GET = SCHEDULE_SELECT + " WHERE s.name = %(name)s"
+
+# JOB_LIST_OF_SCHEDULE: a schedule's latest jobs, newest first (jobs_schedule_created_idx).
+JOB_LIST_OF_SCHEDULE = (
+    "SELECT " + JOB_COLUMNS + " FROM jobs WHERE schedule = %(name)s ORDER BY created_at DESC, id DESC LIMIT %(limit)s"
+)
+
+# SCHEDULE_PAUSE: an operator pauses a schedule (primary key); a second pause keeps the
+# first time and records the latest who and why. No row: no such schedule.
+SCHEDULE_PAUSE = (
+    "UPDATE jobq_schedules SET paused_at = coalesce(paused_at, now()), paused_by = %(actor)s, reason = %(reason)s "
+    "WHERE name = %(name)s RETURNING name"
+)
+
+# SCHEDULE_RESUME: an operator resumes a schedule (primary key; the row lock orders it
+# with a concurrent pause); returns whether it was paused. No row: no such schedule.
+SCHEDULE_RESUME = (
+    "WITH was AS (SELECT name, paused_at IS NOT NULL AS paused FROM jobq_schedules WHERE name = %(name)s FOR UPDATE) "
+    "UPDATE jobq_schedules AS s SET paused_at = NULL, paused_by = NULL, reason = NULL FROM was "
+    "WHERE s.name = was.name RETURNING was.paused"
+)
+
+# JOB_INSERT_SCHEDULE_RUN: an operator's run-now: one job from the schedule's spec
+# (primary key), outside the slot sequence (no scheduled_for, no key), recorded as the
+# schedule's last job. No row: no such schedule.
+JOB_INSERT_SCHEDULE_RUN = (
+    "WITH job AS (INSERT INTO jobs (type, queue, payload, priority, max_retries, schedule) "
+    "SELECT type, queue, payload, priority, max_retries, name FROM jobq_schedules WHERE name = %(name)s "
+    "RETURNING " + JOB_COLUMNS + "), "
+    "mark AS (UPDATE jobq_schedules AS s SET last_job_id = job.id FROM job WHERE s.name = job.schedule) "
+    "SELECT " + JOB_COLUMNS + " FROM job"
+)
+
+# SCHEDULE_DELETE_ORPHANS: prune the schedules no live worker declares; returns their names.
+SCHEDULE_DELETE_ORPHANS = "DELETE FROM jobq_schedules AS s WHERE NOT " + _LIVE_DECLARER + " RETURNING s.name"
+
+# CONTROL_NOTIFY_SCHEDULES: tell the maintenance leader (jobq_control) that a schedule was
+# created, changed or resumed, so that it looks again now rather than at its next tick.
+# Sent at commit.
+CONTROL_NOTIFY_SCHEDULES = "SELECT pg_notify('jobq_control', 'schedules')"
 
 # ---------------------------------------------------------------------------------------
 # Single-job actions (jobq.control: retry and run now; cancel and delete are above)

@@ -36,7 +36,12 @@ DEFAULT_REAPER_INTERVAL = 15.0
 DEFAULT_STALE_THRESHOLD = 30.0
 DEFAULT_JOB_TIMEOUT = 1800.0
 DEFAULT_GRACEFUL_TIMEOUT = 25.0
+# A running job's handler that has not returned this long after its cancel (it is
+# inside C code, or ignores jobq.Cancelled) is stopped by killing its worker.
+DEFAULT_CANCEL_GRACE = 10.0
 DEFAULT_MAX_JOBS_PER_CHILD = 0
+# Missed slots a schedule with catch_up="all" enqueues at most (the latest ones).
+DEFAULT_CATCH_UP_MAX = 100
 DEFAULT_CLAIM_BATCH = 50
 # A connection whose other end vanished without a word (a host lost, a network path cut)
 # is ended on both sides within about this long: keepalives and tcp_user_timeout (jobq.db).
@@ -86,7 +91,9 @@ class Settings(BaseModel):
     stale_threshold: Seconds = DEFAULT_STALE_THRESHOLD
     job_timeout: Seconds = DEFAULT_JOB_TIMEOUT
     graceful_timeout: NonNegativeSeconds = DEFAULT_GRACEFUL_TIMEOUT
+    cancel_grace: NonNegativeSeconds = DEFAULT_CANCEL_GRACE
     max_jobs_per_child: int = Field(DEFAULT_MAX_JOBS_PER_CHILD, ge=0)
+    catch_up_max: int = Field(DEFAULT_CATCH_UP_MAX, ge=1, le=100_000)
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
 

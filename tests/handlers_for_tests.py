@@ -86,3 +86,52 @@ def segfault(job: jobq.Job) -> None:
 def leaky_fail(job: jobq.Job) -> None:
     """Fails with its payload in the exception message, as careless handlers do."""
     raise RuntimeError(f"could not process {job.payload}")
+
+
+@jobq.register("spin")
+def spin(job: jobq.Job) -> dict:
+    """A CPU-bound pure-Python loop that checks nothing, for payload.seconds (default: for ever)."""
+    until = time.monotonic() + job.payload.get("seconds", 1e9)
+    n = 0
+    while time.monotonic() < until:
+        n += 1
+    return {"n": n}
+
+
+@jobq.register("busy_in_c")
+def busy_in_c(job: jobq.Job) -> int:
+    """Hours inside one call to C code (the builtin sum over a range) that holds the
+    interpreter and never checks for signals: Python cannot raise in it, nor another
+    thread run. (The regex engine, by contrast, checks for signals as it backtracks.)"""
+    return sum(range(10**13))
+
+
+@jobq.register("cancel_cleanup")
+def cancel_cleanup(job: jobq.Job) -> dict:
+    """Sleeps until cancelled; records its cleanup in test_ledger (lease NULL), then
+    re-raises, as a handler should."""
+    try:
+        time.sleep(job.payload.get("seconds", 60))
+    except jobq.Cancelled:
+        job.lease = None
+        _ledger(job)
+        raise
+    return {"slept": True}
+
+
+@jobq.register("progress_steps")
+def progress_steps(job: jobq.Job) -> dict:
+    """Reports progress step by step while spinning the CPU between steps."""
+    steps = job.payload.get("steps", 4)
+    for step in range(1, steps + 1):
+        until = time.monotonic() + job.payload.get("step_seconds", 0.5)
+        while time.monotonic() < until:
+            pass
+        jobq.progress(step / steps, f"step {step} of {steps}", step=step)
+    time.sleep(job.payload.get("linger", 0))
+    return {"steps": steps}
+
+
+@jobq.register("cancels_itself")
+def cancels_itself(job: jobq.Job) -> None:
+    raise jobq.Cancelled()

@@ -68,6 +68,23 @@ BATCH_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("NaN", body('{"jobs": [{"type": "noop", "payload": {"x": NaN}}]}')),
 ]
 
+PAUSE_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("invalid JSON", body('{"reason": ')),
+    ("wrong content type", body('{"reason": "x"}', "text/plain")),
+    ("form instead of JSON", body("reason=x", "application/x-www-form-urlencoded")),
+    ("JSON null", body("null")),
+    ("JSON array", body("[]")),
+    ("JSON string holding a body", body(json.dumps(json.dumps({"reason": "x"})))),
+    ("reason not a string", {"json": {"reason": 7}}),
+    ("reason too long", {"json": {"reason": "r" * 10_000}}),
+    ("NUL in reason", body('{"reason": "a\\u0000b"}')),
+    ("lone surrogate in reason", body('{"reason": "\\ud800"}')),
+    ("unknown field", {"json": {"reason": "x", "queue": "y"}}),
+    ("NaN", body('{"reason": NaN}')),
+]
+
+BAD_QUEUE_NAMES = ["q" * 101, "a%00b", "%C3%A9" * 101]
+
 BULK_BODIES: list[tuple[str, dict[str, Any]]] = [
     ("invalid JSON", body('{"filter": {')),
     ("wrong content type", body('{"filter": {"status": "dead"}, "action": "retry"}', "text/plain")),
@@ -110,6 +127,8 @@ BAD_JOB_FILTERS = [
     "created_before=0001-01-01T00:00:00+05:00", "error=%00", "error=" + "e" * 1001,
 ]
 
+BAD_SCHEDULE_NAMES = ["%00", "a%20b", "x" * 101, "%27%20OR%201=1", "nightly%2F..", "%C3%A9t%C3%A9", "unknown"]
+
 CASES: list[tuple[str, str, dict[str, Any]]] = (
     [("POST", "/jobs", kwargs) for _, kwargs in BODIES]
     + [("POST", "/jobs/batch", kwargs) for _, kwargs in BATCH_BODIES]
@@ -124,20 +143,29 @@ CASES: list[tuple[str, str, dict[str, Any]]] = (
        ("limit=0", "limit=501", f"limit={HUGE}", "before=0", "before=-3", f"before={2**63}", "before=x")]
     + [("GET", f"/jobs?{query}", {}) for query in BAD_PAGES + BAD_JOB_FILTERS]
     + [("GET", f"/dead-letter?{query}", {}) for query in BAD_PAGES + ["type=%00"]]
+    + [("POST", "/queues/q/pause", kwargs) for _, kwargs in PAUSE_BODIES]
+    + [("POST", f"/queues/{bad}/{action}", {}) for bad in BAD_QUEUE_NAMES for action in ("pause", "resume")]
+    + [("GET", f"/dead-letter/groups?{query}", {}) for query in ("limit=0", "limit=1001", f"limit={HUGE}", "limit=x")]
+    + [(method, "/queues", {}) for method in ("POST", "DELETE")]
+    + [("GET", f"/queues/q/{action}", {}) for action in ("pause", "resume")]
     + [(method, path, {}) for path in ("/metrics", "/metrics/prometheus", "/health", "/ready", "/openapi.json", "/docs")
        for method in ("POST", "DELETE")]
     + [("GET", "/" + "x" * 10_000, {}), ("GET", "/jobs/1/../../etc/passwd", {}), ("TRACE", "/jobs", {})]
+    + [(method, f"/schedules/{bad}{suffix}", {}) for bad in BAD_SCHEDULE_NAMES
+       for method, suffix in (("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("POST", "/run"))]
+    + [("POST", f"/schedules/nightly/pause?{query}", {}) for query in ("reason=%00", "reason=" + "r" * 501)]
+    + [(method, "/schedules", {}) for method in ("POST", "DELETE")]
 )
 CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CASES)]
 
 
 @pytest.fixture
 def ledger_counts(conn):
-    def read() -> tuple[int, int, int, int]:
+    def read() -> tuple[int, int, int, int, int]:
         row = conn.execute(
             "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM dead_letter_jobs), "
             "(SELECT coalesce(sum(n), 0) FROM job_counters WHERE name = 'enqueued_total'), "
-            "(SELECT count(*) FROM jobq_operations)"
+            "(SELECT count(*) FROM jobq_queues), (SELECT count(*) FROM jobq_operations)"
         ).fetchone()
         return tuple(row)
 
@@ -157,4 +185,4 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(make_app, ledger_cou
     client = make_app(max_body_bytes=4096).test_client()
     for path in ("/jobs", "/jobs/batch"):
         assert_error(client.post(path, data=b"{" + b" " * 10_000 + b"}", content_type=JSON), 413)
-    assert ledger_counts() == (0, 0, 0, 0)
+    assert ledger_counts() == (0, 0, 0, 0, 0)

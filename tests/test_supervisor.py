@@ -15,7 +15,7 @@ import time
 import pytest
 
 from jobq.daemon import reports
-from jobq.daemon.processes import MaintenanceProcess, System
+from jobq.daemon.processes import CancelRequest, MaintenanceProcess, System
 from jobq.daemon.supervisor import EXIT_HALTED, Halt, Supervisor
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK
@@ -76,20 +76,24 @@ def system() -> FakeSystem:
 
 @pytest.fixture
 def supervisor(system: FakeSystem):
-    """A supervisor of 3 workers whose maintenance process's pipe the test reads."""
-    sup = Supervisor(Settings.from_env({}, concurrency=3, graceful_timeout=5), system)
+    """A supervisor of 3 workers whose maintenance process's pipes the test reads
+    (``told``) and writes (``control``)."""
+    sup = Supervisor(Settings.from_env({}, concurrency=3, graceful_timeout=5, cancel_grace=2), system)
     sup.wakeup = SelfPipe()
     sup.spawn_maintenance()
     read_fd, write_fd = reports.report_pipe()
-    os.close(sup.maintenance.fd)  # the fake child never reads it: the test does
-    sup.maintenance = MaintenanceProcess(sup.maintenance.pid, write_fd)
+    control_read, sup.control = reports.report_pipe()
+    sup.maintenance.close()  # the fake child never reads or writes them: the test does
+    sup.maintenance = MaintenanceProcess(sup.maintenance.pid, write_fd, reports.Reader(control_read))
     sup.told = reports.Reader(read_fd)
     yield sup
     for proc in sup.workers.values():
         os.close(proc.reader.fd)
+        os.close(proc.control_fd)
     os.close(read_fd)
+    os.close(sup.control)
     if sup.maintenance is not None:
-        os.close(sup.maintenance.fd)
+        sup.maintenance.close()
 
 
 def gone_reports(sup: Supervisor) -> list[reports.Gone]:
@@ -240,3 +244,57 @@ def test_quit_kills_every_worker_at_once(supervisor, system):
     assert supervisor.dispatch(signal.SIGQUIT) == EXIT_OK
     assert {pid for pid, s in system.sent if s == signal.SIGKILL} == workers
     assert len(gone_reports(supervisor)) == 3
+
+
+def control_pipe_of(proc) -> reports.Reader:
+    """Stand in for the worker's end of its control pipe (the fake child has none)."""
+    read_fd, write_fd = reports.report_pipe()
+    os.set_blocking(write_fd, False)
+    os.close(proc.control_fd)
+    proc.control_fd = write_fd
+    return reports.Reader(read_fd)
+
+
+def test_a_cancel_reaches_every_busy_worker_and_kills_the_one_running_it_after_the_grace(supervisor, system):
+    supervisor.manage_workers()
+    runner, other, idle = supervisor.workers.values()
+    runner.current = running(7, deadline_in=60)
+    other.current = running(8, deadline_in=60)
+    pipes = [control_pipe_of(proc) for proc in (runner, other, idle)]
+    system.kill = lambda p, s, group=False: system.sent.append((p, s))  # the handler ignores it
+    os.write(supervisor.control, reports.encode(reports.Cancel(7)))
+    supervisor.read_reports()
+    # Both busy workers are told (the cancelled job may wait in the other's batch); the
+    # idle one has no batch, and may not have its handler for the signal yet.
+    assert system.sent == [(runner.pid, signal.SIGUSR1), (other.pid, signal.SIGUSR1)]
+    assert [pipe.read()[0] for pipe in pipes] == [[reports.Cancel(7)], [reports.Cancel(7)], []]
+    supervisor.murder_workers()
+    assert runner.kill_kind is None  # within the grace
+    runner.cancelling = CancelRequest(7, time.monotonic() - 0.1)
+    supervisor.murder_workers()
+    assert runner.kill_kind == "cancel" and system.sent[-1] == (runner.pid, signal.SIGKILL)
+    assert other.kill_kind is None and idle.kill_kind is None
+    system.exit(runner.pid, KILLED)
+    supervisor.reap_workers()
+    supervisor.manage_workers()
+    (gone,) = gone_reports(supervisor)
+    assert (gone.job_id, gone.kind) == (7, "cancel")
+    assert len(supervisor.workers) == 3  # the slot is refilled at once: no crash backoff
+    for pipe in pipes:
+        os.close(pipe.fd)
+
+
+def test_a_cancelled_run_that_ended_on_its_own_is_not_killed(supervisor, system):
+    supervisor.manage_workers()
+    proc = next(iter(supervisor.workers.values()))
+    proc.current = running(7, deadline_in=60)
+    pipe = control_pipe_of(proc)
+    system.kill = lambda p, s, group=False: system.sent.append((p, s))
+    os.write(supervisor.control, reports.encode(reports.Cancel(7)))
+    supervisor.read_reports()
+    assert proc.cancelling is not None and proc.cancelling.job_id == 7
+    proc.cancelling = CancelRequest(7, time.monotonic() - 0.1)  # the grace is over, but...
+    proc.current = running(9, deadline_in=60)  # ...it has moved on to its next job
+    supervisor.murder_workers()
+    assert proc.kill_kind is None
+    os.close(pipe.fd)

@@ -22,6 +22,8 @@ from web.job_actions import job_actions
 from web.jobs import jobs
 from web.metrics import metrics
 from web.operations import bulk, operations
+from web.queues import queues
+from web.schedules import schedules
 from web.blueprints import BEARER_SCHEME
 from web.schemas import Error, ValidationFailure
 
@@ -52,7 +54,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     context.attach(app, settings)
     if settings.api_token:
         app.before_request(auth.bearer_guard(settings.api_token, OPEN_ENDPOINTS))
-    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, audit, metrics, health):
+    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, health):
         app.register_api(blueprint)
     app.register_blueprint(docs)
     errors.register(app)

@@ -59,6 +59,10 @@ class DatabaseCollector(Collector):
             for status, n in figures.queue_depth.items():
                 depth.add_metric([status, queue], n)
         yield depth
+        paused = GaugeMetricFamily("taskqueue_queue_paused", "1 while the queue is paused, else 0", labels=["queue"])
+        for queue, figures in m.queues.items():
+            paused.add_metric([queue], 1 if figures.paused else 0)
+        yield paused
         yield _gauge("taskqueue_active_workers", "Worker processes with a fresh heartbeat", m.active_workers)
         yield _gauge("taskqueue_running_jobs", "Jobs running now", m.running_jobs)
         totals = CounterMetricFamily("taskqueue_jobs", "Jobs by outcome since the start (monotonic)", labels=["status"])
@@ -81,6 +85,22 @@ class DatabaseCollector(Collector):
         yield CounterMetricFamily(
             "taskqueue_stale_lease_rejections", "Outcome writes rejected for a stale lease", value=m.stale_lease_rejections_total
         )
+        yield from _schedules(m)
+
+
+def _schedules(m: Metrics) -> Iterator[Metric]:
+    """Per schedule: seconds since its latest slot fired (NaN before its first), to alert
+    on one that stopped firing, and whether it is paused, to leave those out."""
+    age = GaugeMetricFamily(
+        "taskqueue_schedule_last_run_age_seconds", "Seconds since the schedule's latest slot fired", labels=["schedule"]
+    )
+    paused = GaugeMetricFamily("taskqueue_schedule_paused", "1 while an operator has the schedule paused", labels=["schedule"])
+    for name, item in m.schedules.get("items", {}).items():
+        last = item["last_run_age_seconds"]
+        age.add_metric([name], math.nan if last is None else last)
+        paused.add_metric([name], 1 if item["paused"] else 0)
+    yield age
+    yield paused
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

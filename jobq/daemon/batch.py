@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from jobq.claims import Claim
@@ -104,6 +104,15 @@ class Hand:
         with self._lock:
             self._running = None
 
+    def take_waiting_where(self, withdrawn: Callable[[Claim], bool]) -> list[Claim]:
+        """The waiting jobs for which ``withdrawn`` is true, no longer waiting (to be
+        given back); the others keep their place in the line."""
+        with self._lock:
+            taken = [claim for claim in self._waiting if withdrawn(claim)]
+            if taken:
+                self._waiting = deque(claim for claim in self._waiting if not withdrawn(claim))
+            return taken
+
     def take_waiting(self) -> list[Claim]:
         """The jobs still waiting, no longer waiting (to be given back)."""
         with self._lock:
@@ -124,6 +133,11 @@ class Hand:
             return self._held.get(claim.job_id, claim)
 
     # -- the heartbeat thread --------------------------------------------------------
+
+    def running_claim(self) -> Claim | None:
+        """The claim of the job running now, as held (its lock as the session has it)."""
+        with self._lock:
+            return self._held.get(self._running.claim.job_id) if self._running else None
 
     def in_hand(self) -> InHand:
         with self._lock:

@@ -6,7 +6,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from jobq.errors import BadPayload, UnknownJobType
+from jobq import running
+from jobq.errors import BadPayload, Cancelled, UnknownJobType
 from jobq.handlers.registry import Handler
 from jobq.job import Job
 from jobq.spec import storable_json
@@ -23,6 +24,7 @@ class RunResult:
     error: str | None
     seconds: float
     error_kind: str | None = None  # the exception's class: what logs show (never its message)
+    cancelled: bool = False  # the job was cancelled while it ran: nothing is to be written
 
     @property
     def ok(self) -> bool:
@@ -36,20 +38,39 @@ def run(job: Job, handler: Handler | None) -> RunResult:
     Never raises for anything the handler does (except BaseExceptions such as
     KeyboardInterrupt and SystemExit, which must stop the worker). No handler (an
     unknown type) or a result that is not storable JSON is a failed run like any other.
+    A run whose job was cancelled meanwhile (:mod:`jobq.running`; the handler got
+    :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
+    returned.
     """
     started = time.monotonic()
+    cancelled = False
     try:
         if handler is None:
             raise UnknownJobType(job.type)
-        value = handler.func(job)
+        running.begin(job.id)
+        try:
+            if running.cancel_requested():  # cancelled between its claim and now
+                raise Cancelled()
+            value = handler.func(job)
+        finally:
+            # From here on the worker's signal handler no longer raises Cancelled; one
+            # that did before this line lands in the except below, like one in the handler.
+            cancelled = running.cancel_requested()
+            running.end()
+        if cancelled:
+            return RunResult(None, None, time.monotonic() - started, cancelled=True)
         try:
             result_json = storable_json(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"handler {job.type!r} returned a result that is not storable JSON: {exc}") from None
         return RunResult(result_json, None, time.monotonic() - started)
+    except Cancelled:
+        return RunResult(None, None, time.monotonic() - started, cancelled=True)
     except (UnknownJobType, BadPayload) as exc:
         return RunResult(None, str(exc), time.monotonic() - started, type(exc).__name__)
     except Exception as exc:
+        if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
+            return RunResult(None, None, time.monotonic() - started, cancelled=True)
         return RunResult(None, _clip(traceback.format_exc()), time.monotonic() - started, type(exc).__name__)
 
 

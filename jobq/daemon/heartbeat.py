@@ -9,7 +9,8 @@ it by DEADLINE_GRACE, because the report never reached the supervisor, kills its
 writes the outcomes that have waited too long while the main thread runs a handler
 (:mod:`jobq.daemon.outcomes`), and applies the batch's long-job rule
 (:meth:`jobq.daemon.batch.Hand.overdue`): the outcomes waiting are written, the
-running job is marked running, and the jobs waiting behind it are given back.
+running job is marked running, and the jobs waiting behind it are given back. And
+every PROGRESS_EVERY at most, it writes the running job's latest ``jobq.progress``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from jobq import claims
+from jobq import claims, declarations, running
 from jobq.daemon import presence
 from jobq.daemon.batch import Hand
 from jobq.daemon.outcomes import Outcomes
@@ -61,6 +62,8 @@ class Heartbeat(threading.Thread):
         self.parent_pid = parent_pid
         self.orphaned = orphaned
         self.done = threading.Event()
+        self.progress_written: running.Progress | None = None
+        self.next_progress = 0.0
 
     def run(self) -> None:
         next_beat = time.monotonic()
@@ -75,6 +78,7 @@ class Heartbeat(threading.Thread):
                 if self.outcomes.due():
                     self.outcomes.write(self.session)
                 self.mark_long_job()
+                self.write_progress()
                 if time.monotonic() >= next_beat:
                     self.beat()
                     next_beat = time.monotonic() + self.interval
@@ -92,11 +96,28 @@ class Heartbeat(threading.Thread):
             now = self.hand.in_hand()  # under the session lock: what the database has
             if not presence.beat(conn, self.worker_id, now.running, now.recorded):
                 presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
+                presence.declare(conn, self.worker_id, declarations.hashes())
             return claims.heartbeat(conn, now.held).result() if now.held else set()
 
         lost = self.session.run(write)
         for job_id in sorted(lost):
+            if running.was_cancelled(job_id):
+                continue  # an operator's cancel took it: said where it is acted on
             log.warning("job.lost id=%s worker=%s: its lease was taken away", job_id, self.worker_id)
+
+    def write_progress(self) -> None:
+        """The running job's latest progress, if it changed and PROGRESS_EVERY has passed
+        since the last write."""
+        progress = running.latest_progress()
+        if progress is None or progress == self.progress_written or time.monotonic() < self.next_progress:
+            return
+        claim = self.hand.running_claim()
+        if claim is None or claim.job_id != progress.job_id:
+            return
+        if self.session.run(lambda conn, _: claims.set_progress(conn, claim, progress.json)):
+            log.info("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
+        self.progress_written = progress
+        self.next_progress = time.monotonic() + running.PROGRESS_EVERY
 
     def mark_long_job(self) -> None:
         overdue = self.hand.overdue()

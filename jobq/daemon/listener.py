@@ -1,5 +1,6 @@
 """An idle worker's wait: LISTEN on a dedicated autocommit connection, a wake-up
-pipe, and a timeout that is the polling fallback.
+pipe, and a timeout that is the polling fallback. The maintenance process listens the
+same way on the control channel (:meth:`Listener.payloads`).
 
 NOTIFY is best-effort (a notification sent while the connection is down is lost),
 so the caller always bounds the wait by the poll interval; after a reconnect the
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import psycopg
+from psycopg import sql
 
 from jobq import db
 from jobq.daemon import idle
@@ -21,18 +23,21 @@ from jobq.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "jobq"
-LISTEN = "LISTEN jobq"
+CHANNEL = "jobq"  # wake-ups: '<queue> <jobs>'
+CONTROL_CHANNEL = "jobq_control"  # operators' actions: 'cancel <id>', 'pause <queue>', 'resume <queue>'
 
 
 class Listener:
-    """Waits for a wake-up of some queues. Not thread-safe: the worker's main thread
-    owns it."""
+    """Waits for a wake-up of some queues, or hands over what a channel said. Not
+    thread-safe: one thread owns it."""
 
-    def __init__(self, url: str, queues: Sequence[str], *, application_name: str) -> None:
+    def __init__(
+        self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str = CHANNEL
+    ) -> None:
         self.url = url
         self.queues = frozenset(queues)
         self.application_name = application_name
+        self.channel = channel
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
         self._backoff = db.ReconnectDelay()
@@ -41,7 +46,7 @@ class Listener:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
         try:
             self.conn = db.connect(self.url, application_name=self.application_name)
-            self.conn.execute(LISTEN)
+            self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except (DatabaseUnavailable, psycopg.OperationalError) as exc:
             self._drop(exc)
             return False
@@ -55,7 +60,7 @@ class Listener:
         deadline = time.monotonic() + timeout
         if self.conn is None:
             if time.monotonic() >= self._next_attempt and self.connect():
-                log.info("listener.reconnected channel=%s", CHANNEL)
+                log.info("listener.reconnected channel=%s", self.channel)
                 return
             self._sleep(deadline, wake_fds)
             return
@@ -74,6 +79,23 @@ class Listener:
                 return
             if any(fd in ready for fd in wake_fds):
                 return
+
+    def payloads(self) -> list[str]:
+        """The notifications received so far, without waiting; reconnects when it is
+        time (what was sent while disconnected is lost: NOTIFY is best-effort)."""
+        if self.conn is None:
+            if time.monotonic() >= self._next_attempt and self.connect():
+                log.info("listener.reconnected channel=%s", self.channel)
+            return []
+        try:
+            return [note.payload for note in self.conn.notifies(timeout=0)]
+        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+            self._drop(exc)
+            return []
+
+    def fileno(self) -> int | None:
+        """The connection's socket, to select on; None while disconnected."""
+        return self.conn.fileno() if self.conn is not None else None
 
     def close(self) -> None:
         if self.conn is not None:

@@ -2,7 +2,8 @@
 
 Host-local work, always: recover the jobs of this supervisor's workers that died or
 were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as their
-locks are free.
+locks are free; and pass on operators' cancels and pauses (LISTEN on the
+``jobq_control`` channel) to the supervisor, which tells its workers.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
 ``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
@@ -10,6 +11,10 @@ its own interval: the samples of the counters that trailing-window metrics are
 computed from, the stale reaper, the removal of dead workers' rows, and retention
 (JOBQ_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
 only when it changed something.
+
+The leader also fires periodic jobs, on their slots rather than on an interval
+(:mod:`jobq.daemon.schedule_clock`), woken by a ``schedules`` notification on
+``jobq_control``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import psycopg
 
 from jobq import audit, claims, db, locks, metrics_samples, operations, queries, retention
 from jobq.daemon import presence, reaper, reports
+from jobq.daemon.listener import CONTROL_CHANNEL, Listener
+from jobq.daemon.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
 from jobq.daemon.wakeup import SelfPipe
 from jobq.db import Connection
 from jobq.errors import DatabaseUnavailable
@@ -66,9 +73,12 @@ class Duty:
 class Maintenance:
     """Built before the fork; :meth:`run` in the child."""
 
-    def __init__(self, settings: Settings, command_fd: int) -> None:
+    def __init__(self, settings: Settings, command_fd: int, control_fd: int) -> None:
+        """``command_fd``: the pipe the supervisor's reports arrive on; ``control_fd``: the
+        one this process tells the supervisor of cancels and pauses on."""
         self.settings = settings
         self.command_fd = command_fd
+        self.control_fd = control_fd
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.leader_key = locks.key(settings.advisory_namespace, locks.MAINTENANCE_LEADER)
         self.stopping = threading.Event()
@@ -91,15 +101,22 @@ class Maintenance:
         )
         if settings.audit_retention > 0:
             self.duties.append(Duty("audit_retention", every, lambda conn: audit.prune(conn, settings.audit_retention)))
+        # Periodic jobs: the leader fires them on their slots, not on an interval.
+        self.schedules = ScheduleClock(settings)
 
     def run(self) -> int:
         self.wakeup = SelfPipe.for_child(stop=lambda *_: self.stopping.set(), quit=lambda *_: os._exit(0))
         reader = reports.Reader(self.command_fd)
         parent = os.getppid()
         log.info("maintenance.started pid=%s", os.getpid())
+        self.control = Listener(
+            self.settings.require_database_url(), application_name="jobq control", channel=CONTROL_CHANNEL
+        )
+        self.control.connect()
         closed = False  # the supervisor's end of the pipe closes when it dies
         while not self.stopping.is_set() and not closed and os.getppid() == parent:
             closed = self.receive(reader)
+            self.pass_on_control()
             self.tick()
             self.wait()
         # Stopping: what the supervisor sent last (the workers it killed) still gets recovered.
@@ -113,6 +130,7 @@ class Maintenance:
             log.warning("maintenance.unrecovered workers=%s: left to the stale reaper", len(self.pending))
         if self.conn is not None:
             self.conn.close()
+        self.control.close()
         log.info("maintenance.exited")
         return 0
 
@@ -122,11 +140,27 @@ class Maintenance:
         self.pending += [Pending(m, time.monotonic()) for m in messages if isinstance(m, reports.Gone)]
         return closed
 
+    def pass_on_control(self) -> None:
+        """Tell the supervisor what operators did since the last look (its workers act on
+        it: a cancelled job stops, a paused queue's claimed jobs are not started)."""
+        for payload in self.control.payloads():
+            if payload == SCHEDULES_CHANGED:
+                self.schedules.wake()
+                continue
+            message = reports.control(payload)
+            if message is not None and not reports.write(self.control_fd, message):
+                log.warning("maintenance.control_dropped message=%s: the supervisor is not reading", payload)
+
     def wait(self) -> None:
         timeout = RECOVER_RETRY if self.pending else max(0.0, self.next_lead - time.monotonic())
+        if self.leader:
+            timeout = min(timeout, self.schedules.wait_seconds())
         if self.conn is None:
             timeout = min(timeout, max(0.0, self.next_connect - time.monotonic()))
-        self.wakeup.wait(timeout, [self.command_fd])
+        listening = self.control.fileno()
+        if listening is None:  # reconnect it soon
+            timeout = min(timeout, RECOVER_RETRY * 10)
+        self.wakeup.wait(timeout, [self.command_fd] + ([listening] if listening is not None else []))
 
     def tick(self, *, lead: bool = True) -> None:
         """Recover what can be recovered; lead when it is time. Database trouble is logged
@@ -138,6 +172,8 @@ class Maintenance:
             if lead and time.monotonic() >= self.next_lead:
                 self.lead()
                 self.next_lead = time.monotonic() + min(self.settings.reaper_interval, SAMPLE_INTERVAL)
+            if lead and self.leader and self.schedules.due():
+                self.run_duty("schedules", self.schedules.run_once)
         except CONNECTION_ERRORS as exc:
             log.warning("maintenance.db_error error=%s", db.first_line(exc))
             self.disconnect()

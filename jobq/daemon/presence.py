@@ -1,8 +1,10 @@
-"""The ``workers`` table: worker processes announce themselves, beat, and leave."""
+"""The ``workers`` table: worker processes announce themselves (with the periodic
+schedules their modules declare), beat, and leave."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 
 from jobq import queries
 from jobq.db import Connection
@@ -10,6 +12,12 @@ from jobq.db import Connection
 
 def register(conn: Connection, worker_id: str, hostname: str, pid: int, queues: Sequence[str]) -> None:
     conn.execute(queries.WORKER_REGISTER, {"id": worker_id, "hostname": hostname, "pid": pid, "queues": list(queues)})
+
+
+def declare(conn: Connection, worker_id: str, schedules: Mapping[str, str]) -> None:
+    """Record on the worker's row the schedules it declares (name -> definition hash);
+    a schedule fires while a live worker declares it."""
+    conn.execute(queries.WORKER_DECLARE_SCHEDULES, {"id": worker_id, "schedules": json.dumps(dict(schedules))})
 
 
 def beat(conn: Connection, worker_id: str, current_job_id: int | None, jobs_done: int) -> bool:

@@ -124,6 +124,15 @@ class Respawns:
         return {slot for slot, until in self._until.items() if until > now}
 
 
+@dataclass(frozen=True)
+class CancelRequest:
+    """The running job was cancelled: the worker is killed at ``deadline`` (monotonic)
+    if it is still running it then."""
+
+    job_id: int
+    deadline: float
+
+
 @dataclass
 class WorkerProcess:
     """A worker process, as its reports describe it."""
@@ -133,11 +142,33 @@ class WorkerProcess:
     reader: reports.Reader
     spawned: float
     slot: int  # its byte on the idle board
+    control_fd: int = -1  # the write end of its control pipe (cancels, pauses)
     current: reports.Started | None = None
     boot_error: str | None = None
     retiring: bool = False  # asked to stop (TERM sent)
     retire_deadline: float | None = None
-    kill_kind: str | None = None  # why we SIGKILLed it: "timeout" or "shutdown"
+    kill_kind: str | None = None  # why we SIGKILLed it: "timeout", "cancel" or "shutdown"
+    cancelling: CancelRequest | None = None
+
+    def tell(self, message: reports.Cancel | reports.Pause, system: System) -> bool:
+        """Pass a cancel or a pause on to the worker (its control pipe, then SIGUSR1 to
+        have it read). Only a worker that has reported a job (its handler for the signal
+        is installed by then) and is not being killed is told; True if it was."""
+        if self.current is None or self.kill_kind is not None:
+            return False
+        if not reports.write(self.control_fd, message):
+            log.warning("supervisor.control_dropped worker=%s: its control pipe is full", self.worker_id)
+            return False
+        system.kill(self.pid, signal.SIGUSR1)
+        return True
+
+    def cancel_overdue(self, now: float) -> bool:
+        """Whether it still runs a job cancelled longer ago than the grace allows."""
+        request = self.cancelling
+        return (
+            request is not None and self.current is not None
+            and self.current.job_id == request.job_id and now > request.deadline
+        )
 
     def exit_report(self, status: int) -> tuple[reports.Gone, bool]:
         """What maintenance is told of its exit (wait ``status``), and whether it died
@@ -156,16 +187,20 @@ class WorkerProcess:
                 self.current = message
             elif isinstance(message, reports.Idle):
                 self.current = None
+            if self.cancelling is not None and (self.current is None or self.current.job_id != self.cancelling.job_id):
+                self.cancelling = None  # the cancelled run ended on its own
             elif isinstance(message, reports.BootError):
                 self.boot_error = message.reason
 
 
 @dataclass
 class MaintenanceProcess:
-    """The maintenance process, and the pipe the supervisor tells it about gone workers on."""
+    """The maintenance process, the pipe the supervisor tells it about gone workers on,
+    and the one it passes operators' cancels and pauses back on."""
 
     pid: int
     fd: int
+    control: reports.Reader
 
     def tell(self, message: reports.Gone) -> None:
         try:
@@ -173,9 +208,14 @@ class MaintenanceProcess:
         except OSError as exc:
             log.warning("supervisor.unrecovered worker=%s: %s", message.worker_id, exc)
 
+    def control_messages(self) -> list[reports.Cancel | reports.Pause]:
+        messages, _ = self.control.read()
+        return [m for m in messages if isinstance(m, (reports.Cancel, reports.Pause))]
+
     def close(self) -> None:
-        """It exited: close our end of its pipe."""
+        """It exited: close our ends of its pipes."""
         os.close(self.fd)
+        os.close(self.control.fd)
 
     def stop(self, system: System, patience: float) -> None:
         """TERM, then KILL (with its process group) if it has not exited after ``patience``."""

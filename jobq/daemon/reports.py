@@ -8,8 +8,13 @@ Worker -> supervisor (the worker's report pipe):
 
 Supervisor -> maintenance:
     ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
-    recover its in-flight jobs. ``kind`` is ``crash``, ``timeout`` or ``shutdown``;
-    job_id and lease are 0 when it ran no job.
+    recover its in-flight jobs. ``kind`` is ``crash``, ``timeout``, ``cancel`` or
+    ``shutdown``; job_id and lease are 0 when it ran no job.
+
+Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read
+when a SIGUSR1 says there is something):
+    ``C <job_id>``   the job was cancelled: stop running it, do not start it
+    ``P <queue>``    the queue was paused: do not start its jobs already claimed
 """
 
 from __future__ import annotations
@@ -42,11 +47,21 @@ class BootError:
 
 
 @dataclass(frozen=True, slots=True)
+class Cancel:
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
 class Gone:
     worker_id: str
     job_id: int  # 0: no job was running
     lease: int
-    kind: str  # crash | timeout | shutdown
+    kind: str  # crash | timeout | cancel | shutdown
     timeout: float
     detail: str
 
@@ -66,7 +81,7 @@ def describe_exit(status: int) -> str:
     return f"exit code {code}"
 
 
-Message = Started | Idle | BootError | Gone
+Message = Started | Idle | BootError | Gone | Cancel | Pause
 
 
 def encode(message: Message) -> bytes:
@@ -76,6 +91,10 @@ def encode(message: Message) -> bytes:
         line = "I"
     elif isinstance(message, BootError):
         line = "B " + _one_line(message.reason)
+    elif isinstance(message, Cancel):
+        line = f"C {message.job_id}"
+    elif isinstance(message, Pause):
+        line = "P " + _one_line(message.queue)
     else:
         line = (
             f"G {message.worker_id} {message.job_id} {message.lease} {message.kind} "
@@ -95,6 +114,10 @@ def decode(line: bytes) -> Message:
         return Idle()
     if tag == "B":
         return BootError(rest)
+    if tag == "C":
+        return Cancel(int(rest))
+    if tag == "P":
+        return Pause(rest)
     if tag == "G":
         worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
         return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
@@ -127,6 +150,27 @@ class Reader:
         data = self._partial + b"".join(chunks)
         *lines, self._partial = data.split(b"\n")
         return [decode(line) for line in lines if line], closed
+
+
+def control(payload: str) -> Cancel | Pause | None:
+    """The message of a ``jobq_control`` notification (``cancel <id>``, ``pause <queue>``);
+    None for one the daemon need not act on (``resume``: the claim sees it) or garbage."""
+    verb, _, subject = payload.partition(" ")
+    if verb == "cancel" and subject.isdigit():
+        return Cancel(int(subject))
+    if verb == "pause" and subject:
+        return Pause(subject)
+    return None
+
+
+def write(fd: int, message: Message) -> bool:
+    """Write one message to a non-blocking pipe; False if it could not (full, or its
+    reader is gone)."""
+    try:
+        os.write(fd, encode(message))
+    except OSError:
+        return False
+    return True
 
 
 def report_pipe() -> tuple[int, int]:

@@ -97,13 +97,20 @@ class ClaimSession:
 
     def give_back(self, jobs: list[Claim]) -> None:
         """Return held jobs that will not run here to pending, no attempt counted, and
-        release their locks."""
+        release their locks (a job cancelled meanwhile stays cancelled: its lease changed)."""
         if not jobs:
             return
         with self.lock:
             given = self.hand.forget(claim.job_id for claim in jobs)
         self.run(lambda conn, _: claims.release(conn, given, lock_base=self.lock_base).result())
         log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in given))
+
+    def record_cancelled(self, job: Claim, *, by: str) -> None:
+        """The job's handler ended cancelled: the job is cancelled (``by`` this worker,
+        unless an operator's cancel already made it so) and its lock released."""
+        with self.lock:
+            given = self.hand.forget([job.job_id])
+        self.run(lambda conn, _: claims.cancel(conn, given, actor=by, lock_base=self.lock_base).result())
 
     def close(self) -> None:
         with self.lock:

@@ -27,7 +27,7 @@ import time
 from jobq.daemon import reports
 from jobq.daemon.idle import IdleBoard
 from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
-from jobq.daemon.processes import MaintenanceProcess, Respawns, System, WorkerProcess, become_child
+from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
 from jobq.settings import Settings
@@ -99,7 +99,9 @@ class Supervisor:
             self.signals.append(signum)
 
     def sleep(self, timeout: float) -> None:
-        self.wakeup.wait(timeout)  # type: ignore[union-attr]  # install_signals first
+        """Until a signal, a message of the maintenance process, or the timeout."""
+        fds = [self.maintenance.control.fd] if self.maintenance is not None else []
+        self.wakeup.wait(timeout, fds)  # type: ignore[union-attr]  # install_signals first
 
     # -- signals -----------------------------------------------------------------------
 
@@ -135,17 +137,23 @@ class Supervisor:
     def spawn_worker(self, slot: int) -> None:
         token = secrets.token_hex(3)
         read_fd, write_fd = reports.report_pipe()
+        control_read, control_write = reports.report_pipe()
+        os.set_blocking(control_write, False)
         self.idle_board.mark(slot, False)
-        worker = Worker(self.settings, token, write_fd, self.idle_board, slot)
+        worker = Worker(self.settings, token, write_fd, self.idle_board, slot, control_fd=control_read)
         supervisor_pid = os.getpid()
         pid = self.system.fork()
         if pid == 0:
             os.close(read_fd)
+            os.close(control_write)
             become_child(worker.run, signals=SIGNALS, inherited_fds=self.inherited_fds(), die_with=supervisor_pid)
         os.close(write_fd)
+        os.close(control_read)
         self.system.set_process_group(pid)
         worker_id = worker_name(self.hostname, pid, token)
-        self.workers[pid] = WorkerProcess(pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot)
+        self.workers[pid] = WorkerProcess(
+            pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, control_fd=control_write
+        )
         log.info("supervisor.spawned worker=%s", worker_id)
 
     def free_slots(self, n: int) -> list[int]:
@@ -156,28 +164,45 @@ class Supervisor:
 
     def spawn_maintenance(self) -> None:
         read_fd, write_fd = reports.report_pipe()
-        maintenance = Maintenance(self.settings, read_fd)
+        control_read, control_write = reports.report_pipe()
+        os.set_blocking(control_write, False)
+        maintenance = Maintenance(self.settings, read_fd, control_write)
         pid = self.system.fork()
         if pid == 0:
             os.close(write_fd)
+            os.close(control_read)
             become_child(maintenance.run, signals=SIGNALS, inherited_fds=self.inherited_fds())
         os.close(read_fd)
+        os.close(control_write)
         os.set_blocking(write_fd, False)
         self.system.set_process_group(pid)
-        self.maintenance = MaintenanceProcess(pid, write_fd)
+        self.maintenance = MaintenanceProcess(pid, write_fd, reports.Reader(control_read))
 
     def inherited_fds(self) -> list[int]:
         """The supervisor's pipe ends that a forked child must close."""
-        fds = [proc.reader.fd for proc in self.workers.values()]
+        fds = [fd for proc in self.workers.values() for fd in (proc.reader.fd, proc.control_fd)]
         if self.wakeup is not None:
             fds += [self.wakeup.read_fd, self.wakeup.write_fd]
         if self.maintenance is not None:
-            fds.append(self.maintenance.fd)
+            fds += [self.maintenance.fd, self.maintenance.control.fd]
         return fds
 
     def read_reports(self) -> None:
         for proc in self.workers.values():
             proc.read_reports()
+        if self.maintenance is not None:
+            for message in self.maintenance.control_messages():
+                self.pass_on(message)
+
+    def pass_on(self, message: reports.Cancel | reports.Pause) -> None:
+        """An operator cancelled a job or paused a queue: tell every worker that has a
+        batch in hand (it drops what it has not started); the one running a cancelled
+        job gets JOBQ_CANCEL_GRACE seconds to end it before it is killed."""
+        for proc in self.workers.values():
+            told = proc.tell(message, self.system)
+            if told and isinstance(message, reports.Cancel) and proc.current and proc.current.job_id == message.job_id:
+                proc.cancelling = CancelRequest(message.job_id, time.monotonic() + self.settings.cancel_grace)
+                log.info("job.cancel_requested id=%s worker=%s", message.job_id, proc.worker_id)
 
     def reap_workers(self) -> None:
         """Collect every child that exited; the jobs of workers go to maintenance to recover."""
@@ -200,6 +225,7 @@ class Supervisor:
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         proc.read_reports()
         os.close(proc.reader.fd)
+        os.close(proc.control_fd)
         self.idle_board.mark(proc.slot, False)  # a worker that died waiting is not idle
         if os.waitstatus_to_exitcode(status) == EXIT_BOOT_ERROR and proc.boot_error is not None and not self.stopping:
             raise Halt(f"worker failed to boot: {proc.boot_error}")
@@ -225,6 +251,12 @@ class Supervisor:
                     proc.current.job_id, proc.worker_id, f"{proc.current.timeout:g}",
                 )
                 self.kill(proc, "timeout")
+            elif proc.cancel_overdue(now):
+                log.warning(
+                    "job.cancel_killed id=%s worker=%s grace=%ss: its handler did not return; killing the worker",
+                    proc.current.job_id if proc.current else "-", proc.worker_id, f"{self.settings.cancel_grace:g}",
+                )
+                self.kill(proc, "cancel")
             elif proc.retire_deadline is not None and now > proc.retire_deadline:
                 log.warning(
                     "supervisor.graceful_timeout worker=%s job=%s: killing it, its job goes back to pending",

@@ -43,12 +43,13 @@ class SelfPipe:
         return pipe
 
     @classmethod
-    def for_child(cls, *, stop: SignalHandler, quit: SignalHandler) -> SelfPipe:
-        """A forked child's signals: TERM and INT ``stop``, QUIT ``quit``, the
-        supervisor's own signals ignored, SIGCHLD as the system has it."""
+    def for_child(cls, *, stop: SignalHandler, quit: SignalHandler, control: SignalHandler | None = None) -> SelfPipe:
+        """A forked child's signals: TERM and INT ``stop``, QUIT ``quit``, USR1
+        ``control`` (ignored without one), the supervisor's own signals ignored,
+        SIGCHLD as the system has it."""
+        handlers = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGQUIT: quit, signal.SIGCHLD: signal.SIG_DFL}
         return cls.for_signals(
-            {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGQUIT: quit, signal.SIGCHLD: signal.SIG_DFL},
-            ignore=SUPERVISOR_ONLY,
+            {**handlers, signal.SIGUSR1: control or signal.SIG_IGN}, ignore=SUPERVISOR_ONLY
         )
 
     def wake(self) -> None:

@@ -12,6 +12,11 @@ loop, top to bottom::
                    the next claim
     stop asked -> give back claimed jobs, flush, leave
 
+Operators reach a worker through its control pipe (:meth:`Worker.handle_control`, on
+SIGUSR1 from the supervisor): a cancel of the running job raises
+:class:`jobq.Cancelled` in its handler; cancelled jobs and jobs of a paused queue
+still waiting in the batch are given back unstarted.
+
 How batches are sized and split is :mod:`jobq.daemon.batch`, and how outcomes wait
 and are written :mod:`jobq.daemon.outcomes`; what the worker has in hand (its
 :class:`~jobq.daemon.batch.Hand`) and its outcomes are shared with the heartbeat
@@ -29,7 +34,7 @@ import time
 
 import psycopg
 
-from jobq import claims, locks
+from jobq import claims, declarations, locks, running, schedules
 from jobq.claims import Claim
 from jobq.daemon import batch, execution, presence, reports
 from jobq.daemon.batch import Hand
@@ -40,7 +45,7 @@ from jobq.daemon.outcomes import Outcome, Outcomes
 from jobq.daemon.session import ClaimSession
 from jobq.daemon.wakeup import SelfPipe
 from jobq.db import first_line
-from jobq.errors import DatabaseUnavailable, SchemaError
+from jobq.errors import Cancelled, DatabaseUnavailable, SchemaError
 from jobq.handlers import registry
 from jobq.migrate import check_schema
 from jobq.settings import Settings
@@ -69,10 +74,13 @@ class BootFailure(Exception):
 class Worker:
     """One worker process. The constructor has no side effects; :meth:`run` does the work."""
 
-    def __init__(self, settings: Settings, token: str, report_fd: int, board: IdleBoard, slot: int) -> None:
+    def __init__(
+        self, settings: Settings, token: str, report_fd: int, board: IdleBoard, slot: int, *, control_fd: int = -1
+    ) -> None:
         self.settings = settings
         self.token = token
         self.report_fd = report_fd
+        self.control_fd = control_fd
         self.board = board
         self.slot = slot
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
@@ -82,6 +90,10 @@ class Worker:
         self.stopping = threading.Event()
         self.stop_reason = ""
         self.hand = Hand()
+        # Queues paused since the batch was claimed (added by the signal handler, read
+        # by the loop between two jobs; membership tests and adds only, no lock). The
+        # jobs cancelled meanwhile are jobq.running's.
+        self.paused_queues: set[str] = set()
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
         self.batch_size = 1
 
@@ -115,7 +127,8 @@ class Worker:
         return code
 
     def boot(self) -> None:
-        self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit)
+        self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit, control=self.handle_control)
+        self.control = reports.Reader(self.control_fd) if self.control_fd >= 0 else None
         try:
             registry.load(self.settings.handlers)
         except Exception as exc:  # any error while importing a handler module stops the boot
@@ -133,6 +146,7 @@ class Worker:
         self.session.run(
             lambda conn, _: presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
         )
+        self.declare_schedules()
         self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
         self.listener.connect()
         self.heartbeat = Heartbeat(
@@ -147,11 +161,41 @@ class Worker:
         )
         self.heartbeat.start()
 
+    def declare_schedules(self) -> None:
+        """Record the periodic schedules the handler modules declared on this worker's row,
+        and upsert them (the newest changed definition wins; a pause stays)."""
+        declared = declarations.declared()
+        hashes = {name: schedule.definition_hash() for name, schedule in declared.items()}
+        stale = self.settings.stale_threshold
+        self.session.run(lambda conn, _: presence.declare(conn, self.worker_id, hashes))
+        self.session.run(lambda conn, _: schedules.declare(conn, self.worker_id, declared, stale_seconds=stale))
+
     def handle_stop(self, signum: int, frame: object) -> None:
         self.request_stop(signal.Signals(signum).name)
 
     def handle_quit(self, signum: int, frame: object) -> None:
         os._exit(EXIT_OK)  # immediate: the supervisor's maintenance recovers our jobs
+
+    def handle_control(self, signum: int, frame: object) -> None:
+        """The supervisor passed on a cancel or a pause. The one signal handler that does
+        more than record: a cancel of the job whose handler runs now raises
+        :class:`Cancelled` right here, in the handler's frame, as KeyboardInterrupt
+        would (a handler in a blocking call, e.g. sleep, is interrupted too). Jobs not
+        started yet are only marked; the loop gives them back."""
+        if self.control is None:
+            return
+        try:
+            messages, _ = self.control.read()
+        except ValueError:
+            return  # garbage on the pipe: nothing we can act on
+        interrupt = False
+        for message in messages:
+            if isinstance(message, reports.Cancel):
+                interrupt = running.request_cancel(message.job_id) or interrupt
+            elif isinstance(message, reports.Pause):
+                self.paused_queues.add(message.queue)
+        if interrupt:
+            raise Cancelled()
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming; the running job finishes (signal-safe: only records)."""
@@ -209,15 +253,34 @@ class Worker:
     def run_batch(self, claimed: list[Claim]) -> None:
         self.hand.line_up(claimed)
         all_short = True
-        while not self.stopping.is_set() and (claim := self.hand.start_next()) is not None:
+        while not self.stopping.is_set() and (claim := self.next_job()) is not None:
             outcome = self.run_one(claim)
             self.hand.finished()
-            self.outcomes.add(outcome)
+            if outcome.result.cancelled:
+                self.session.record_cancelled(claim, by=f"worker:{self.worker_id}")
+                log.info("job.cancelled id=%s type=%s worker=%s", claim.job.id, claim.job.type, self.worker_id)
+            else:
+                self.outcomes.add(outcome)
             all_short = all_short and outcome.result.seconds < batch.SHORT_JOB
             if self.outcomes.due():
                 self.outcomes.write(self.session)
         self.session.give_back(self.hand.take_waiting())
+        running.forget_cancels()  # new claims never take cancelled jobs or paused queues
+        self.paused_queues.clear()
         self.batch_size = batch.next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
+
+    def next_job(self) -> Claim | None:
+        """The next job of the batch to run, after giving back those an operator withdrew
+        (cancelled, or of a queue paused) since the batch was claimed."""
+        withdrawn = []
+        if self.paused_queues or running.cancels_pending():
+            withdrawn = self.hand.take_waiting_where(
+                lambda c: running.was_cancelled(c.job_id) or c.job.queue in self.paused_queues
+            )
+        if withdrawn:
+            log.info("worker.withdrawn worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in withdrawn))
+            self.session.give_back(withdrawn)
+        return self.hand.start_next()
 
     def run_one(self, claim: Claim) -> Outcome:
         job = claim.job

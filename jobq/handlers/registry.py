@@ -40,7 +40,8 @@ def register(
 
     The function is called with the :class:`Job` and returns a JSON-serialisable
     result; raising an exception fails the run (retried by policy). Registering a
-    name again replaces the earlier handler (a module re-imported after HUP).
+    name again replaces the earlier handler (a module re-imported after HUP). Marks the
+    function with ``name`` (``__jobq_type__``), which ``@jobq.periodic`` above it reads.
     """
     if not isinstance(name, str) or not name:
         raise InvalidArgument("name", "must be a non-empty string")
@@ -51,6 +52,10 @@ def register(
 
     def decorate(func: HandlerFunc) -> HandlerFunc:
         _handlers[name] = Handler(name, func, float(timeout) if timeout else None, max_retries)
+        try:
+            func.__jobq_type__ = name  # type: ignore[attr-defined]  # what @jobq.periodic above reads
+        except (AttributeError, TypeError):
+            pass  # a callable that takes no attributes (a bound method): periodic needs type=
         return func
 
     return decorate
