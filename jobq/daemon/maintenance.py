@@ -8,8 +8,10 @@ locks are free; and pass on operators' cancels and pauses (LISTEN on the
 Cluster-wide work, only while it holds the leader lock (several hosts may run
 ``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
 its own interval: the samples of the counters that trailing-window metrics are
-computed from, the stale reaper, the removal of dead workers' rows, and retention
-(JOBQ_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
+computed from, the stale reaper, the removal of dead workers' rows, retention
+(JOBQ_RETENTION), carrying on the bulk operations whose runner went away
+(:func:`jobq.operations.resume_stalled`), and the audit trail's retention
+(JOBQ_AUDIT_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
 only when it changed something.
 
 The leader also fires periodic jobs, on their slots rather than on an interval
