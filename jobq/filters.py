@@ -24,6 +24,7 @@ from jobq.spec import MAX_QUEUE_LENGTH, MAX_TAG_LENGTH, MAX_TYPE_LENGTH, as_utc,
 
 MAX_IDS = 1000
 MAX_ERROR_LENGTH = 1000
+MAX_SCHEDULE_NAME_LENGTH = 100  # jobq.declarations' names: [A-Za-z0-9_.:-]{1,100}
 MAX_ID = 2**63 - 1
 
 
@@ -50,6 +51,9 @@ class JobFilter(BaseModel):
     created_before: Moment | None = Field(None, description="Strictly before; without an offset, UTC.")
     error: _text(MAX_ERROR_LENGTH, 1) | None = Field(  # type: ignore[valid-type]
         None, description="A substring of the last error, any case."
+    )
+    schedule: _text(MAX_SCHEDULE_NAME_LENGTH) | None = Field(  # type: ignore[valid-type]
+        None, description="Jobs a periodic schedule of this name enqueued."
     )
 
     @field_validator("created_after", "created_before", mode="before")

@@ -19,7 +19,7 @@ from jobq.job import STATUSES, Job
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
-# With a criterion beyond the seed's (tag, ids, created_before, error), a listing's total
+# With a criterion beyond the seed's (tag, ids, created_before, error, schedule), a listing's total
 # is counted this far past the offset, no further: the first page of a tag that half
 # the table carries answers in milliseconds.
 COUNT_LIMIT = 10_000
@@ -68,6 +68,7 @@ def list_jobs(
     ids: list[int] | None = None,
     created_before: datetime | None = None,
     error: str | None = None,
+    schedule: str | None = None,
     conn: Connection | None = None,
 ) -> Page[Job]:
     """Jobs newest first (created_at, then id), filtered (:class:`jobq.filters.JobFilter`:
@@ -82,7 +83,7 @@ def list_jobs(
     """
     job_filter = parse_filter(
         {"status": status, "type": type, "queue": queue, "tag": tag, "ids": ids,
-         "created_after": created_after, "created_before": created_before, "error": error}
+         "created_after": created_after, "created_before": created_before, "error": error, "schedule": schedule}
     )
     check_page(limit, offset)
     where, params = job_filter.where(), job_filter.params()

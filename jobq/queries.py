@@ -151,11 +151,13 @@ JOB_LIST_FEW = (
 # created_after and created_before bound whichever walk it is. tag can use
 # jobs_tags_idx (GIN, partial: @> implies tags IS NOT NULL); ids jobs_pkey. error is
 # an ILIKE pattern that jobq.filters makes from the substring, its wildcards escaped.
+# schedule uses jobs_schedule_created_idx (partial: only scheduled jobs are in it).
 JOB_LIST_FILTERS = {
     "status": "status = %(status)s",
     "type": "type = %(type)s",
     "queue": "queue = %(queue)s",
     "tag": "tags @> ARRAY[%(tag)s::text]",
+    "schedule": "schedule = %(schedule)s",
     "ids": "id = ANY(%(ids)s::bigint[])",
     "created_after": "created_at > %(created_after)s",
     "created_before": "created_at < %(created_before)s",

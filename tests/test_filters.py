@@ -38,6 +38,9 @@ def test_each_criterion_narrows_and_all_hold_together(control):
     assert ids_of(jobq.list_jobs(created_after=created - timedelta(seconds=1), type="c", conn=control)) == c
     page = jobq.list_jobs(tag="blue", limit=2, conn=control)
     assert (page.total, len(page.items)) == (5, 2)
+    control.execute("UPDATE jobs SET schedule = 'nightly' WHERE id = ANY(%s)", (c,))
+    assert ids_of(jobq.list_jobs(schedule="nightly", conn=control)) == c
+    assert ids_of(jobq.list_jobs(schedule="hourly", conn=control)) == []
 
 
 def test_the_seed_parameters_keep_their_counter_based_total(control):
