@@ -65,8 +65,9 @@ def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovere
     """One pass of the stale reaper over jobs whose heartbeat is older than
     ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone."""
     rows = _locked(conn, queries.JOB_LOCK_STALE, {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH}, lock_base)
-    recovered = _recover(conn, rows, {}, settings, lock_base)
-    _count(conn, rows, RECLAIMED_COUNTER, recovered)
+    with conn.transaction():  # the outcomes and their count commit together
+        recovered = _recover(conn, rows, {}, settings, lock_base)
+        _count(conn, rows, RECLAIMED_COUNTER, recovered)
     if recovered.changed:
         log.warning(
             "reaper.reclaimed released=%s retried=%s dead=%s jobs=%s",
@@ -80,18 +81,21 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
 
     ``gone.job_id``/``gone.lease`` name the job it was running (0 when none),
     ``gone.kind`` why it is gone: ``timeout`` (killed at its job's deadline), ``crash``
-    (died on its own or was killed by someone else) or ``shutdown`` (killed after the
-    graceful timeout: back to pending, no attempt counted). Jobs whose lock is still
+    (died on its own or was killed by someone else), ``cancel`` (killed after its
+    cancelled job's grace: that job is already cancelled, its others go back to pending)
+    or ``shutdown`` (killed after the graceful timeout: back to pending, no attempt
+    counted). Jobs whose lock is still
     held (the session has not ended yet) are counted as busy; call again.
     """
     rows = _locked(conn, queries.JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
     current = [row for row in rows if row.job_id == gone.job_id and row.lease == gone.lease]
     reasons = {row.job_id: _reason(gone) for row in current}
-    recovered = _recover(conn, rows, reasons, settings, lock_base)
-    if gone.kind == "timeout":
-        _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
-    elif gone.kind == "crash":
-        _count(conn, rows, RECLAIMED_COUNTER, recovered)
+    with conn.transaction():  # the outcomes and their count commit together: no reader sees one alone
+        recovered = _recover(conn, rows, reasons, settings, lock_base)
+        if gone.kind == "timeout":
+            _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
+        elif gone.kind == "crash":
+            _count(conn, rows, RECLAIMED_COUNTER, recovered)
     in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
     recovered.busy = int(in_flight)
     if recovered.changed:
