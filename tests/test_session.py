@@ -94,3 +94,18 @@ def test_a_connection_lost_while_relocking_is_retried_not_raised(session, conn, 
     assert result == {"value": "ran"}
     assert s.hand.presented(claim).locked  # still ours: re-locked on the third connection
     assert claim.job_id in advisory_locks(conn)
+
+
+def test_an_error_without_a_server_state_or_of_a_session_ended_by_the_server_is_a_lost_connection():
+    from psycopg import errors
+
+    from jobq.daemon.session import connection_lost
+
+    # psycopg's own "cannot exit pipeline mode while busy", raised when the backend was
+    # terminated mid-pipeline before libpq noticed the connection's end: no SQLSTATE.
+    assert connection_lost(psycopg.OperationalError("cannot exit pipeline mode while busy"))
+    assert connection_lost(errors.AdminShutdown("terminating connection due to administrator command"))
+    assert connection_lost(errors.ConnectionFailure("connection failure"))
+    assert not connection_lost(errors.LockNotAvailable("could not obtain lock"))
+    assert not connection_lost(errors.QueryCanceled("canceling statement due to statement timeout"))
+    assert not connection_lost(errors.DiskFull("could not extend file"))

@@ -27,6 +27,21 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# An error that may be a lost connection that libpq has not noticed yet is retried on a
+# new connection this many times in one call, then taken for an error of the statement.
+UNSURE_RETRIES = 3
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """Whether an error on a connection that does not look broken (yet) is in fact the
+    connection's end: the server terminated the session or is shutting down (SQLSTATE
+    class 08 or 57P), or the client failed without a server error (no SQLSTATE), as
+    psycopg's "cannot exit pipeline mode while busy" when the backend was terminated
+    in the middle of a pipeline. Retrying on a new connection is safe: every write is
+    fenced by its lease, and a retry is told it is one."""
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
 
 class ClaimSession:
     def __init__(self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event, hand: Hand) -> None:
@@ -66,6 +81,7 @@ class ClaimSession:
         or the worker stops (DatabaseUnavailable)."""
         with self.lock:
             retried = False
+            unsure = 0  # retries after errors that did not say the connection was lost
             while True:
                 try:
                     if self.conn is None or self.conn.closed:
@@ -73,7 +89,9 @@ class ClaimSession:
                     return call(self.conn, retried)  # type: ignore[arg-type]
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     if self.conn is not None and not self.conn.broken and not self.conn.closed:
-                        raise  # an error of the statement itself, not of the connection
+                        if not connection_lost(exc) or unsure >= UNSURE_RETRIES:
+                            raise  # an error of the statement itself, not of the connection
+                        unsure += 1
                     log.warning("worker.connection_lost worker=%s error=%s", self.worker_id, db.first_line(exc))
                     self.conn.close()
                     retried = True
