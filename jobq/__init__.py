@@ -37,6 +37,7 @@ from jobq.errors import (
     JobqError,
     NotFound,
     Overloaded,
+    Snooze,
     UnknownJobType,
 )
 from jobq.handlers.registry import register
@@ -69,6 +70,7 @@ __all__ = [
     "JobqError",
     "NotFound",
     "Overloaded",
+    "Snooze",
     "UnknownJobType",
     "cancel",
     "cancel_requested",

@@ -179,6 +179,14 @@ def release(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Defe
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
+def snooze(conn: Connection, jobs: Sequence[Leased], delays: Sequence[float], *, lock_base: int) -> Deferred[set[int]]:
+    """claimed|running -> pending after ``delays`` seconds, a snooze counted and no
+    attempt; the answer is the ids whose write was rejected for a stale lease."""
+    cur = conn.cursor()
+    cur.execute(queries.JOB_SNOOZE_IF_LEASED, {**_locked_params(jobs, lock_base), "delays": list(delays)})
+    return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
+
+
 def cancel(conn: Connection, jobs: Sequence[Leased], *, actor: str, lock_base: int) -> Deferred[set[int]]:
     """claimed|running -> cancelled (a handler that ended cancelled); the answer is the
     ids whose write found the job already changed (an operator's cancel, usually)."""

@@ -106,6 +106,21 @@ class JobBusy(Conflict):
         self.job_id = job_id
 
 
+class Snooze(JobqError):
+    """Raised by a handler: put the job back to pending, due ``seconds`` from now,
+    without counting an attempt (the job counts its snoozes; past JOBQ_MAX_SNOOZES a
+    snooze is a failed run). Raises :class:`InvalidArgument` for seconds that are not
+    a number from 0 to a year."""
+
+    MAX_SECONDS = 366 * 24 * 3600.0
+
+    def __init__(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= self.MAX_SECONDS:
+            raise InvalidArgument("seconds", "must be a number of seconds from 0 to a year")
+        super().__init__(f"snoozed for {seconds:g} s")
+        self.seconds = float(seconds)
+
+
 class Cancelled(BaseException):
     """Raised inside a handler whose job was cancelled while it ran. A BaseException, so
     that a handler's ``except Exception`` does not swallow it; a handler that catches it

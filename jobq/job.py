@@ -84,6 +84,7 @@ class Job(_Row):
     retried_as: int | None = None  # the job a retry of this one created
     schedule: str | None = None  # the periodic schedule that made it (jobq.periodic)
     scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
+    snoozes: int = 0  # times its handler raised jobq.Snooze (no attempt counted for them)
 
 
 @dataclasses.dataclass(slots=True)

@@ -38,7 +38,7 @@ from __future__ import annotations
 JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
-    "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for"
+    "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes"
 )
 DEAD_LETTER_COLUMNS = (
     "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
@@ -370,6 +370,22 @@ JOB_CANCEL_IF_LEASED = (
 JOB_PROGRESS_SET_IF_LEASED = (
     "UPDATE jobs SET progress = %(progress)s::jsonb "
     "WHERE id = %(id)s AND lease = %(lease)s AND status IN ('claimed', 'running') RETURNING id"
+)
+
+# JOB_SNOOZE_IF_LEASED: claimed|running -> pending with run_at pushed by each job's
+# delay, snoozes + 1, no attempt counted (a handler raised jobq.Snooze); guarded by
+# lease and status; releases the advisory locks of the batch. Returns each id with
+# whether its write was recorded (false: a stale lease).
+JOB_SNOOZE_IF_LEASED = (
+    "WITH o AS (SELECT * FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(delays)s::float8[], "
+    "%(locked)s::bool[]) AS o(id, lease, delay, locked)), "
+    "snoozed AS (UPDATE jobs AS j SET status = 'pending', run_at = now() + make_interval(secs => o.delay), "
+    "snoozes = j.snoozes + 1, started_at = NULL, heartbeat_at = now() "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "RETURNING j.id) "
+    "SELECT o.id, snoozed.id IS NOT NULL, "
+    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "FROM o LEFT JOIN snoozed ON snoozed.id = o.id"
 )
 
 # JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this

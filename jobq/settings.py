@@ -40,6 +40,7 @@ DEFAULT_GRACEFUL_TIMEOUT = 25.0
 # inside C code, or ignores jobq.Cancelled) is stopped by killing its worker.
 DEFAULT_CANCEL_GRACE = 10.0
 DEFAULT_MAX_JOBS_PER_CHILD = 0
+DEFAULT_MAX_SNOOZES = 100  # past this, a job's snooze is a failed run
 # Missed slots a schedule with catch_up="all" enqueues at most (the latest ones).
 DEFAULT_CATCH_UP_MAX = 100
 DEFAULT_CLAIM_BATCH = 50
@@ -93,6 +94,7 @@ class Settings(BaseModel):
     graceful_timeout: NonNegativeSeconds = DEFAULT_GRACEFUL_TIMEOUT
     cancel_grace: NonNegativeSeconds = DEFAULT_CANCEL_GRACE
     max_jobs_per_child: int = Field(DEFAULT_MAX_JOBS_PER_CHILD, ge=0)
+    max_snoozes: int = Field(DEFAULT_MAX_SNOOZES, ge=0)
     catch_up_max: int = Field(DEFAULT_CATCH_UP_MAX, ge=1, le=100_000)
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off

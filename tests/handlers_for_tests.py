@@ -135,3 +135,43 @@ def progress_steps(job: jobq.Job) -> dict:
 @jobq.register("cancels_itself")
 def cancels_itself(job: jobq.Job) -> None:
     raise jobq.Cancelled()
+
+
+class Permanent(Exception):
+    pass
+
+
+class Transient(Exception):
+    pass
+
+
+@jobq.register("discard_permanent", max_retries=5, discard_on=(Permanent,), backoff=0.2)
+def discard_permanent(job: jobq.Job) -> None:
+    """Transient on its first run (retried after the handler's own 0.2 s), then permanent."""
+    raise (Transient if job.attempt == 0 else Permanent)(f"order {job.id} failed")
+
+
+@jobq.register("retry_only_transient", max_retries=5, retry_on=Transient, backoff=lambda attempt: 0.1 * (attempt + 1))
+def retry_only_transient(job: jobq.Job) -> None:
+    """Transient twice (retried after 0.1 s, then 0.2 s), then a ValueError: not retried."""
+    if job.attempt < 2:
+        raise Transient("try again")
+    raise ValueError("bad input")
+
+
+@jobq.register("bad_backoff", max_retries=1, backoff=lambda attempt: -1)
+def bad_backoff(job: jobq.Job) -> None:
+    raise Transient("its backoff gives no delay")
+
+
+@jobq.register("snooze_twice")
+def snooze_twice(job: jobq.Job) -> dict:
+    """Snoozes for 0.1 s on its first two runs, then succeeds."""
+    if job.snoozes < 2:
+        raise jobq.Snooze(0.1)
+    return {"snoozes": job.snoozes, "attempt": job.attempt}
+
+
+@jobq.register("snooze_forever")
+def snooze_forever(job: jobq.Job) -> None:
+    raise jobq.Snooze(0)

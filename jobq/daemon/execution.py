@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 
 from jobq import running
-from jobq.errors import BadPayload, Cancelled, UnknownJobType
+from jobq.errors import BadPayload, Cancelled, Snooze, UnknownJobType
 from jobq.handlers.registry import Handler
 from jobq.job import Job
 from jobq.spec import storable_json
@@ -25,10 +25,12 @@ class RunResult:
     seconds: float
     error_kind: str | None = None  # the exception's class: what logs show (never its message)
     cancelled: bool = False  # the job was cancelled while it ran: nothing is to be written
+    not_retried: str | None = None  # why the handler's retry policy sends it to the dead letters now
+    snooze: float | None = None  # the handler raised jobq.Snooze: pending again after these seconds
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.error is None and self.snooze is None
 
 
 def run(job: Job, handler: Handler | None) -> RunResult:
@@ -64,14 +66,19 @@ def run(job: Job, handler: Handler | None) -> RunResult:
         except (TypeError, ValueError) as exc:
             raise TypeError(f"handler {job.type!r} returned a result that is not storable JSON: {exc}") from None
         return RunResult(result_json, None, time.monotonic() - started)
+    except Snooze as snooze:
+        return RunResult(None, None, time.monotonic() - started, snooze=snooze.seconds)
     except Cancelled:
         return RunResult(None, None, time.monotonic() - started, cancelled=True)
-    except (UnknownJobType, BadPayload) as exc:
-        return RunResult(None, str(exc), time.monotonic() - started, type(exc).__name__)
     except Exception as exc:
         if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
             return RunResult(None, None, time.monotonic() - started, cancelled=True)
-        return RunResult(None, _clip(traceback.format_exc()), time.monotonic() - started, type(exc).__name__)
+        # A payload the handler refused, or no handler at all: the message says it all.
+        error = str(exc) if isinstance(exc, (UnknownJobType, BadPayload)) else _clip(traceback.format_exc())
+        not_retried = handler.not_retried(exc) if handler is not None else None
+        if not_retried is not None:
+            error = f"not retried: {not_retried}\n{error}"
+        return RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
 
 
 def _clip(text: str) -> str:

@@ -46,8 +46,13 @@ class Written:
 
     done: list[Outcome] = field(default_factory=list)
     failed: list[Outcome] = field(default_factory=list)
+    snoozed: list[Outcome] = field(default_factory=list)
     failures: list[claims.Failure] = field(default_factory=list)
     rejected: set[int] = field(default_factory=set)
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        return self.done + self.failed + self.snoozed
 
 
 class Outcomes:
@@ -62,11 +67,13 @@ class Outcomes:
         self._lock = threading.Lock()
         self._done: list[Outcome] = []
         self._failed: list[Outcome] = []
+        self._snoozed: list[Outcome] = []
         self._oldest: float | None = None
 
     def add(self, outcome: Outcome) -> None:
+        result = outcome.result
         with self._lock:
-            (self._done if outcome.result.ok else self._failed).append(outcome)
+            (self._done if result.ok else self._snoozed if result.snooze is not None else self._failed).append(outcome)
             if self._oldest is None:
                 self._oldest = time.monotonic()
 
@@ -77,8 +84,8 @@ class Outcomes:
 
     def _take(self) -> Written:
         with self._lock:
-            taken = Written(self._done, self._failed)
-            self._done, self._failed, self._oldest = [], [], None
+            taken = Written(self._done, self._failed, self._snoozed)
+            self._done, self._failed, self._snoozed, self._oldest = [], [], [], None
             return taken
 
     # -- writing --------------------------------------------------------------------
@@ -89,18 +96,20 @@ class Outcomes:
         hand's update, so that the heartbeat never sees a recorded job as still held."""
         with session.lock:
             taken = self._take()
-            if also is None and not taken.done and not taken.failed:
+            if also is None and not taken.outcomes:
                 return None
 
             def send(conn: Connection, retried: bool) -> T | None:
                 with conn.pipeline():
                     sent_done = self._send_done(conn, taken.done)
                     sent_failed = self._send_failed(conn, taken.failed)
+                    sent_snoozed = self._send_snoozed(conn, taken.snoozed)
                     sent = also(conn) if also is not None else None
                     rejected = sent_done.result() if sent_done else set()
                     taken.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
+                    rejected_snoozed = sent_snoozed.result() if sent_snoozed else set()
                     answer = sent.result() if sent else None
-                taken.rejected = rejected | rejected_failed
+                taken.rejected = rejected | rejected_failed | rejected_snoozed
                 self._count_rejections(conn, taken, retried=retried)
                 return answer
 
@@ -111,7 +120,7 @@ class Outcomes:
     def _count_rejections(self, conn: Connection, taken: Written, *, retried: bool) -> None:
         """On a retry after a broken connection, a rejected write our first try had in
         fact committed is not a rejection; count the rest."""
-        outcomes = taken.done + taken.failed
+        outcomes = taken.outcomes
         if retried and taken.rejected:
             ids = taken.rejected
             taken.rejected -= claims.finished_under_lease(conn, [o.claim for o in outcomes if o.claim.job_id in ids])
@@ -121,7 +130,7 @@ class Outcomes:
 
     def _written(self, taken: Written) -> None:
         """Let go of the written jobs and log each outcome."""
-        outcomes = taken.done + taken.failed
+        outcomes = taken.outcomes
         self.hand.forget((o.claim.job_id for o in outcomes), recorded=len(outcomes) - len(taken.rejected))
         fates = {f.job_id: f for f in taken.failures}
         for o in outcomes:
@@ -133,7 +142,12 @@ class Outcomes:
                 )
                 continue
             fate = fates.get(job.id)
-            if fate is None:
+            if o.result.snooze is not None:
+                log.info(
+                    "job.snoozed id=%s type=%s queue=%s attempt=%s worker=%s delay=%.1fs snoozes=%s",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.delay, job.snoozes + 1,
+                )
+            elif fate is None:
                 log.info(
                     "job.succeeded id=%s type=%s queue=%s attempt=%s worker=%s duration=%.4fs",
                     job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.seconds,
@@ -159,6 +173,12 @@ class Outcomes:
             [o.result.seconds for o in done],
             lock_base=self.lock_base,
         )
+
+    def _send_snoozed(self, conn: Connection, snoozed: list[Outcome]) -> claims.Deferred[set[int]] | None:
+        if not snoozed:
+            return None
+        claimed = [self.hand.presented(o.claim) for o in snoozed]
+        return claims.snooze(conn, claimed, [o.delay for o in snoozed], lock_base=self.lock_base)
 
     def _send_failed(
         self, conn: Connection, failed: list[Outcome]

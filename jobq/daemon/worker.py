@@ -31,6 +31,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import psycopg
 
@@ -293,7 +294,19 @@ class Worker:
         result = execution.run(job, handler)
         if result.ok:
             return Outcome(claim, result)
-        delay = self.settings.retry_delay(job.attempt)
+        if result.snooze is not None:
+            if job.snoozes < self.settings.max_snoozes:
+                return Outcome(claim, result, result.snooze)
+            error = f"snoozed {job.snoozes} times, the most JOBQ_MAX_SNOOZES allows; this snooze is a failed run"
+            result = replace(result, error=error, error_kind="Snooze", snooze=None)
+        if result.not_retried is not None:  # the handler's policy: dead now, no retry spent
+            return Outcome(claim, result, 0.0, job.attempt)
+        delay = handler.retry_delay(job.attempt) if handler is not None else None
+        if delay is None:
+            if handler is not None and handler.backoff is not None:
+                log.error("job.backoff_failed id=%s type=%s: the handler's backoff gave no delay; the global one is used",
+                          job.id, job.type)
+            delay = self.settings.retry_delay(job.attempt)
         return Outcome(claim, result, delay, handler.max_retries if handler else None)
 
     # -- talking to the database ---------------------------------------------------------
