@@ -31,7 +31,8 @@ def _table(title: str, *columns: str) -> Table:
 def _depth(snap: Snapshot) -> Table:
     table = _table("depth by queue and status", "queue", *STATUSES)
     for queue, depths in snap.queues.items():
-        table.add_row(queue, *(str(depths[s]) for s in STATUSES))
+        name = Text(f"{queue} (paused)", style="yellow") if queue in snap.paused_queues else queue
+        table.add_row(name, *(str(depths[s]) for s in STATUSES))
     table.add_row(Text("all", style="bold"), *(Text(str(snap.depth[s]), style="bold") for s in STATUSES))
     return table
 

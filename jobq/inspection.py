@@ -78,6 +78,7 @@ class Snapshot:
     dead_letters_waiting: int
     dead_letters: list[DeadRow]
     advisory_locks: list[LockRow]
+    paused_queues: list[str]
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -99,6 +100,7 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
         DeadRow(*row[:5], last_line(row[5]), row[6])
         for row in conn.execute(queries.DEAD_LETTER_LIST_WAITING, {"limit": RECENT})
     ]
+    paused = [name for name, paused_at, _, _ in conn.execute(queries.QUEUE_LIST) if paused_at is not None]
     held = conn.execute(queries.ADVISORY_LOCKS_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": namespace})
     return Snapshot(
         depth=c.depth,
@@ -110,6 +112,7 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
         dead_letters_waiting=waiting,
         dead_letters=dead,
         advisory_locks=[LockRow(_lock_name(value), pid, app) for value, pid, app in held],
+        paused_queues=paused,
     )
 
 

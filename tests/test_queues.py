@@ -193,3 +193,18 @@ def test_the_cli_pauses_lists_and_resumes(conn, database_url):
     assert (resumed.returncode, resumed.stdout.strip()) == (0, "jobq: queue mail resumed"), resumed.stderr
     bad = run_cli("queues", "pause", "", **env)
     assert (bad.returncode, bad.stderr.strip()) == (1, "jobq: name: must be a string of 1 to 100 characters")
+
+
+def test_inspect_marks_the_paused_queues(conn):
+    from jobq import inspection, inspect_view
+    from rich.console import Console
+
+    jobq.enqueue("noop", queue="mail", conn=conn)
+    jobq.enqueue("noop", queue="reports", conn=conn)
+    queues.pause("mail", actor="tester", conn=conn)
+    snap = inspection.snapshot(conn, namespace=0)
+    assert snap.paused_queues == ["mail"] and snap.to_dict()["paused_queues"] == ["mail"]
+    console = Console(width=200, record=True)
+    console.print(inspect_view.render(snap))
+    shown = console.export_text()
+    assert "mail (paused)" in shown and "reports (paused)" not in shown
