@@ -48,7 +48,7 @@ def test_a_cpu_bound_handler_gets_cancelled_raised_within_a_second(ledger, daemo
     asked = time.monotonic()
     jobq.cancel(job.id, conn=ledger)
     wait_for(lambda: "job.cancelled id=%d" % job.id in d.log(), 10, "the handler stopped by Cancelled")
-    assert time.monotonic() - asked < 3  # the issue asks for 1 s; CI machines are slow
+    assert time.monotonic() - asked < 1  # about 55 ms on this machine
     done = jobq.get(job.id, conn=ledger)
     assert done.status == "cancelled" and done.attempt == 0 and done.error is None
     assert worker_pids(ledger) == pids  # the same worker goes on: nothing was killed
@@ -67,7 +67,7 @@ def test_a_handler_inside_c_code_is_killed_after_the_grace_and_its_slot_refilled
     asked = time.monotonic()
     jobq.cancel(job.id, conn=ledger)
     wait_for(lambda: pid not in worker_pids(ledger), float(GRACE) + 10, "the worker killed")
-    assert time.monotonic() - asked < float(GRACE) + 2 + 1  # grace + 2 s, with a second of slack for CI
+    assert time.monotonic() - asked < float(GRACE) + 2  # about grace + 0.05 s on this machine
     wait_for(lambda: status(ledger, after.id) == "done", 15, "the next job done by a new worker")
     assert len(worker_pids(ledger)) == 1 and pid not in worker_pids(ledger)
     done = jobq.get(job.id, conn=ledger)
