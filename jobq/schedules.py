@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from psycopg import Cursor
@@ -26,7 +26,7 @@ from jobq import audit, queries, settings
 from jobq.db import Connection, connection
 from jobq.declarations import Periodic
 from jobq.errors import NotFound
-from jobq.job import Job
+from jobq.job import Job, _Row
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ScheduleNotFound(NotFound):
 
 
 @dataclasses.dataclass(slots=True)
-class Schedule:
+class Schedule(_Row):
     """A snapshot of one row of ``jobq_schedules``, with how many live workers declare it
     (``declared_by``; 0: orphaned, it does not fire) and its last job's status."""
 
@@ -76,11 +76,8 @@ class Schedule:
         return self.declared_by == 0
 
     def to_dict(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            values[field.name] = value.astimezone(timezone.utc).isoformat() if isinstance(value, datetime) else value
-        return {**values, "paused": self.paused, "orphaned": self.orphaned}
+        # _Row.to_dict, not super(): slots=True makes a new class that super()'s cell does not know
+        return {**_Row.to_dict(self), "paused": self.paused, "orphaned": self.orphaned}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,6 +152,10 @@ def cursor_of_all(conn: Connection, *, stale_seconds: float) -> Cursor[Schedule]
     return conn.cursor(row_factory=class_row(Schedule)).execute(queries.SCHEDULE_LIST, {"stale_seconds": stale_seconds})
 
 
+# What /metrics shows of each schedule.
+SUMMARY = ("next_run_at", "last_run_at", "last_run_age_seconds", "last_job_status", "paused", "orphaned")
+
+
 def summary(rows: list[Schedule]) -> dict[str, Any]:
     """What /metrics shows of the schedules: how many, paused, orphaned, and per name its
     next and last run (ISO-8601, UTC), the age of the last run and its last job's status."""
@@ -162,17 +163,7 @@ def summary(rows: list[Schedule]) -> dict[str, Any]:
         "count": len(rows),
         "paused": sum(1 for s in rows if s.paused),
         "orphaned": sum(1 for s in rows if s.orphaned),
-        "items": {
-            s.name: {
-                "next_run_at": s.next_run_at.astimezone(timezone.utc).isoformat(),
-                "last_run_at": s.last_run_at.astimezone(timezone.utc).isoformat() if s.last_run_at else None,
-                "last_run_age_seconds": s.last_run_age_seconds,
-                "last_job_status": s.last_job_status,
-                "paused": s.paused,
-                "orphaned": s.orphaned,
-            }
-            for s in rows
-        },
+        "items": {s.name: {key: value for key, value in s.to_dict().items() if key in SUMMARY} for s in rows},
     }
 
 
