@@ -200,3 +200,45 @@ def test_inspect_shows_the_progress_of_each_workers_job(ledger):
     assert worker.progress["fraction"] == 0.45
     assert inspect_view._progress(worker.progress) == "45 % step 2 of 4"
     assert inspect_view._progress(None) == "-" and inspect_view._progress({"fraction": None, "message": "x"}) == "x"
+
+
+def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, database_url):
+    """A worker's batch, claimed for real: a job cancelled meanwhile and the jobs of a
+    queue paused meanwhile are given back (their locks released) before the next start."""
+    import threading
+
+    from jobq import locks, running
+    from jobq.daemon.idle import IdleBoard
+    from jobq.daemon.session import ClaimSession
+    from jobq.daemon.worker import Worker
+    from jobq.settings import Settings
+
+    mail = jobq.enqueue_many([{"type": "noop", "queue": "mail", "priority": 9}] * 2, conn=ledger)
+    kept, cancelled = jobq.enqueue_many([{"type": "noop", "priority": 5}] * 2, conn=ledger)
+    worker = Worker(Settings.from_env({}, queues="default,mail"), "tok", -1, IdleBoard(), 0)
+    worker.worker_id = "host:1:tok"
+    lock_base = locks.key(Settings.from_env({}).advisory_namespace, 0)
+    worker.session = ClaimSession(database_url, worker_id=worker.worker_id, lock_base=lock_base,
+                                  stopping=threading.Event(), hand=worker.hand)
+    worker.session.connect()
+    try:
+        batch = worker.session.run(lambda conn, _: claims.claim(
+            conn, ["default", "mail"], worker_id=worker.worker_id, limit=10, lock_base=lock_base).result())
+        assert len(batch) == 4 and all(c.locked for c in batch)
+        worker.hand.hold(batch)
+        worker.hand.line_up(batch)
+        jobq.cancel(cancelled.id, conn=ledger)
+        running.request_cancel(cancelled.id)  # what the control pipe said
+        worker.paused_queues.add("mail")
+        assert worker.next_job().job_id == kept.id
+        assert worker.next_job() is None
+    finally:
+        running.forget_cancels()
+        worker.session.close()
+    assert [status(ledger, job.id) for job in mail] == ["pending", "pending"]
+    assert status(ledger, cancelled.id) == "cancelled" and status(ledger, kept.id) == "claimed"
+    held = ledger.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = ANY(%s)",
+        ([j.id for j in (*mail, cancelled)],),
+    ).fetchone()[0]
+    assert held == 0
