@@ -134,5 +134,5 @@ def alive(pid: int) -> bool:
     # a zombie is not alive
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before or while /proc was read
         return False
