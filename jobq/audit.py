@@ -95,11 +95,27 @@ def library_actor() -> str:
 def api_actor(conn: Connection, token: str | None) -> str:
     """``api:<first 16 hex digits of HMAC-SHA256(key, token)>``, or ``api:anonymous``
     when the API runs without a token."""
-    if not token:
-        return "api:anonymous"
+    return "api:" + _token_id(conn, token)
+
+
+def dashboard_actor(conn: Connection, token: str | None) -> str:
+    """``dashboard:<the same 16 hex digits as the token's api: actor>``, or
+    ``dashboard:anonymous`` when the dashboard runs without a token."""
+    return "dashboard:" + _token_id(conn, token)
+
+
+def server_key(conn: Connection) -> bytes:
+    """The audit key of the database ``conn`` is on (``jobq_keys``, made by the migration;
+    the same for every process), read once per process."""
     url = conn.info.dsn
     if url not in _KEYS:
         row = conn.execute(queries.AUDIT_KEY_GET).fetchone()
         assert row is not None, "jobq_keys has no audit key: run jobq migrate"
         _KEYS[url] = bytes(row[0])
-    return "api:" + hmac.new(_KEYS[url], token.encode(), hashlib.sha256).hexdigest()[:16]
+    return _KEYS[url]
+
+
+def _token_id(conn: Connection, token: str | None) -> str:
+    if not token:
+        return "anonymous"
+    return hmac.new(server_key(conn), token.encode(), hashlib.sha256).hexdigest()[:16]

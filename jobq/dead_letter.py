@@ -10,9 +10,9 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import class_row
 
-from jobq import queries
+from jobq import audit, queries
 from jobq.db import Connection, connection
-from jobq.errors import AlreadyReplayed, DeadLetterNotFound, InvalidArgument
+from jobq.errors import AlreadyReplayed, DeadLetterGroupNotFound, DeadLetterNotFound, InvalidArgument
 from jobq.job import DeadLetter, Job
 from jobq.ledger import DEFAULT_LIMIT, Page, check_id, check_page, fetch_by_id
 
@@ -103,3 +103,51 @@ def groups(*, limit: int = 100, conn: Connection | None = None) -> list[Group]:
         raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_GROUPS}")
     with connection(conn) as c, c.cursor(row_factory=class_row(Group)) as cur:
         return cur.execute(queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": limit}).fetchall()
+
+
+def group(group_id: str, *, conn: Connection | None = None) -> Group:
+    """One group, waiting letters or not. Raises :class:`DeadLetterGroupNotFound`."""
+    with connection(conn) as c, c.cursor(row_factory=class_row(Group)) as cur:
+        found = cur.execute(queries.DEAD_LETTER_GROUP_GET, {"id": group_id}).fetchone()
+    if found is None:
+        raise DeadLetterGroupNotFound(group_id)
+    return found
+
+
+def letters_of_group(group_id: str, *, limit: int = 100, conn: Connection | None = None) -> list[DeadLetter]:
+    """The waiting (not replayed) letters of a group, newest first, at most ``limit``
+    (1-1000)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GROUPS:
+        raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_GROUPS}")
+    with connection(conn) as c, c.cursor(row_factory=class_row(DeadLetter)) as cur:
+        return cur.execute(queries.DEAD_LETTER_LIST_OF_GROUP, {"group_id": group_id, "limit": limit}).fetchall()
+
+
+def replay_many(ids: list[int], *, actor: str | None = None, conn: Connection | None = None) -> dict[int, int]:
+    """Replay those of ``ids`` (at most 1000 letters) still waiting, skipping letters
+    another session holds, with one audit row (``dead_letter.replay``); returns each
+    replayed letter's id with its new job's id."""
+    _check_ids(ids)
+    actor = actor or audit.library_actor()
+    with connection(conn) as c, c.transaction():
+        replayed = dict(c.execute(queries.DEAD_LETTER_REPLAY_IF_WAITING, {"ids": ids}).fetchall())
+        audit.record(c, actor, "dead_letter.replay", {"ids": ids}, {"changed": len(replayed)})
+    return replayed
+
+
+def discard_many(ids: list[int], *, actor: str | None = None, conn: Connection | None = None) -> list[int]:
+    """Delete for good those of ``ids`` (at most 1000 letters) still waiting, with one
+    audit row (``dead_letter.discard``); returns the ids deleted."""
+    _check_ids(ids)
+    actor = actor or audit.library_actor()
+    with connection(conn) as c, c.transaction():
+        deleted = [row[0] for row in c.execute(queries.DEAD_LETTER_DISCARD_IF_WAITING, {"ids": ids})]
+        audit.record(c, actor, "dead_letter.discard", {"ids": ids}, {"changed": len(deleted)})
+    return deleted
+
+
+def _check_ids(ids: list[int]) -> None:
+    if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_GROUPS:
+        raise InvalidArgument("ids", f"name 1 to {MAX_GROUPS} dead letters")
+    for i, value in enumerate(ids):
+        check_id(value, f"ids[{i}]")

@@ -1021,3 +1021,42 @@ DEAD_LETTER_DISCARD_IF_WAITING = (
     "ORDER BY id FOR UPDATE SKIP LOCKED) "
     "DELETE FROM dead_letter_jobs AS d USING target WHERE d.id = target.id RETURNING d.id"
 )
+
+# ---------------------------------------------------------------------------------------
+# The dashboard's reads (web/dashboard): each bounded whatever the size of jobs.
+
+# WORKER_LIST_WITH_JOB: every registered worker (a table of a few rows) with its heartbeat
+# age, and the job it runs (one primary-key probe each): type, status, progress, and how
+# long it has run (since started_at, else claimed_at).
+WORKER_LIST_WITH_JOB = (
+    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "extract(epoch FROM now() - w.heartbeat_at)::float8, j.type, j.status, j.progress, "
+    "extract(epoch FROM now() - coalesce(j.started_at, j.claimed_at))::float8 "
+    "FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job_id ORDER BY w.hostname, w.pid"
+)
+
+# JOB_COUNT_BY_STATUS_UP_TO: how many of the first %(cap)s jobs matching a filter ({where})
+# are in each status: exact when fewer match, else only a lower bound of the total (the
+# filter's own index bounds the walk, as JOB_LIST_COUNT_UP_TO's).
+JOB_COUNT_BY_STATUS_UP_TO = (
+    "SELECT status, count(*) FROM (SELECT status FROM jobs{where} LIMIT %(cap)s) AS capped GROUP BY status"
+)
+
+# DEAD_LETTER_LIST_OF_GROUP: the waiting letters of one group, newest first
+# (dead_letter_jobs_group_waiting_idx, backwards).
+DEAD_LETTER_LIST_OF_GROUP = (
+    "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs WHERE group_id = %(group_id)s AND replayed_at IS NULL "
+    "ORDER BY id DESC LIMIT %(limit)s"
+)
+
+# DEAD_LETTER_GROUP_GET: one group (primary key), waiting or not.
+DEAD_LETTER_GROUP_GET = (
+    "SELECT id, type, signature, count, first_seen, last_seen, example_id FROM jobq_dead_letter_groups WHERE id = %(id)s"
+)
+
+# JOB_COUNT_SCHEDULED_UP_TO: per queue, pending jobs whose run_at is still ahead, counted
+# no further than %(cap)s (a range of jobs_pending_run_at_idx per queue).
+JOB_COUNT_SCHEDULED_UP_TO = (
+    "SELECT q.queue, (SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'pending' AND queue = q.queue "
+    "AND run_at > now() LIMIT %(cap)s) AS s) FROM unnest(%(queues)s::text[]) AS q(queue)"
+)

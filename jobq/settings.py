@@ -109,6 +109,14 @@ class Settings(BaseModel):
     max_pending: int | None = Field(None, ge=0)
     api_statement_timeout: NonNegativeSeconds = DEFAULT_API_STATEMENT_TIMEOUT  # 0: the server's own
 
+    # The web dashboard (web/dashboard): full (default), readonly (no actions), off (no routes).
+    dashboard: Literal["full", "readonly", "off"] = "full"
+    # True: the dashboard shows no job payload or result anywhere.
+    dashboard_hide_payloads: bool = False
+    # Signs the dashboard's session cookie; unset: derived from JOBQ_API_TOKEN (or, without
+    # a token, from the database's audit key), the same in every process.
+    secret_key: str | None = Field(None, min_length=16)
+
     @field_validator("handlers", "queues", mode="before")
     @classmethod
     def _names(cls, value: object) -> object:
@@ -165,6 +173,7 @@ class Settings(BaseModel):
 
 
 _ALIASED = {"database_url": "DATABASE_URL", "port": "PORT"}
+_SECRETS = frozenset({"database_url", "api_token", "secret_key"})  # never quoted in an error
 
 
 def variable_name(field: str) -> str:
@@ -174,9 +183,10 @@ def variable_name(field: str) -> str:
 
 def _config_error(exc: pydantic.ValidationError) -> ConfigError:
     first = exc.errors()[0]
-    variable = variable_name(str(first["loc"][0])) if first["loc"] else "configuration"
+    field = str(first["loc"][0]) if first["loc"] else ""
+    variable = variable_name(field) if field else "configuration"
     value = first.get("input")
-    shown = f" (got {value!r})" if isinstance(value, (str, int, float)) else ""
+    shown = f" (got {value!r})" if isinstance(value, (str, int, float)) and field not in _SECRETS else ""
     return ConfigError(variable, f"{first['msg']}{shown}")
 
 

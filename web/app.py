@@ -13,7 +13,7 @@ from flask_openapi3 import Info, OpenAPI
 import jobq.settings
 from jobq import __version__
 from jobq.settings import Settings
-from web import auth, context, errors, jsonio
+from web import auth, context, dashboard, errors, jsonio
 from web.audit import audit
 from web.dead_letter import dead_letter
 from web.docs import docs
@@ -53,9 +53,13 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     jsonio.install(app)
     context.attach(app, settings)
     if settings.api_token:
-        app.before_request(auth.bearer_guard(settings.api_token, OPEN_ENDPOINTS))
+        # The dashboard's pages answer to its own login (a cookie), never to the bearer token.
+        app.before_request(auth.bearer_guard(
+            settings.api_token, OPEN_ENDPOINTS | dashboard.OPEN_ENDPOINTS, own_guard=dashboard.BLUEPRINTS
+        ))
     for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, health):
         app.register_api(blueprint)
     app.register_blueprint(docs)
+    dashboard.install(app, settings)
     errors.register(app)
     return app

@@ -15,13 +15,16 @@ from jobq import audit
 from jobq.db import Connection
 
 
-def bearer_guard(token: str, open_endpoints: Collection[str]) -> Callable[[], None]:
+def bearer_guard(
+    token: str, open_endpoints: Collection[str], own_guard: Collection[str] = ()
+) -> Callable[[], None]:
     """A ``before_request`` hook that raises 401 unless the request carries ``token``
-    (or its endpoint is one of ``open_endpoints``)."""
+    (or its endpoint is one of ``open_endpoints``, or it belongs to a blueprint of
+    ``own_guard``, which checks its requests itself: the dashboard's login cookie)."""
     expected = token.encode()
 
     def check() -> None:
-        if request.endpoint in open_endpoints:
+        if request.endpoint in open_endpoints or request.blueprint in own_guard:
             return
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):

@@ -1,0 +1,25 @@
+"""``/dashboard``: per queue its depth, scheduled jobs, oldest pending age, throughput,
+error rate and pause; the charts of the chosen window. ``/`` redirects here."""
+
+from __future__ import annotations
+
+from flask import request
+
+from jobq import metrics, tallies
+from jobq.ledger import COUNT_LIMIT
+from web.dashboard import common, trends
+from web.dashboard.blueprints import pages
+
+
+@pages.get("")
+def overview() -> str:
+    window = trends.window_of(request.args.get("window"))
+    queue = request.args.get("queue") or None
+    with common.database() as conn:
+        snapshot = metrics.snapshot(stale_seconds=common.stale_seconds(), conn=conn)
+        scheduled = tallies.scheduled(sorted(snapshot.queues), conn=conn)
+        charts = trends.charts_for(window, queue if queue in snapshot.queues else None, conn)
+    return common.page(
+        "overview.html", "Overview", metrics=snapshot, scheduled=scheduled, cap=COUNT_LIMIT,
+        window=window, windows=trends.WINDOWS, charts=charts, chart_queue=queue,
+    )

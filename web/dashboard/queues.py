@@ -1,0 +1,34 @@
+"""``/dashboard/queues``: each queue's depth, the workers serving it, its pause (by whom,
+since when, why); pause and resume (:mod:`jobq.queues`)."""
+
+from __future__ import annotations
+
+from flask import Response, redirect, request, url_for
+
+from jobq import queues as library
+from web.dashboard import common, security
+from web.dashboard.blueprints import actions, pages
+
+
+@pages.get("/queues")
+def queues() -> str:
+    with common.database() as conn:
+        listed = library.list_queues(stale_seconds=common.stale_seconds(), conn=conn)
+    return common.page("queues.html", "Queues", queues=listed)
+
+
+@actions.post("/queues/<path:name>/<any(pause, resume):action>")
+def queue_change(name: str, action: str) -> Response:
+    """Pause (with the form's reason, if any) or resume; back to the page it came from."""
+    actor = security.actor()
+    with common.database() as conn:
+        if action == "pause":
+            library.pause(name, reason=request.form.get("reason") or None, actor=actor, conn=conn)
+        else:
+            library.resume(name, actor=actor, conn=conn)
+    return redirect(_back())
+
+
+def _back() -> str:
+    target = request.form.get("back", "")
+    return target if target.startswith("/dashboard") and not target.startswith("//") else url_for("dashboard.queues")
