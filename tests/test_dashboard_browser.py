@@ -1,0 +1,254 @@
+"""The dashboard in a real browser (headless Chromium through Selenium) against a real
+Gunicorn and a real `jobq worker` on the test database: every page opens without a
+console error (and is photographed, wide and phone-sized), the jobs filter shows the
+right rows, "all matching" retries 2,000 dead jobs through its confirmation, a queue's
+pause button stops its claims, a running job is cancelled from its page, a job enqueued
+meanwhile appears and reaches done without a reload, and the login guards it all when
+a token is set."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+import jobq
+from browser import PHONE, Browser, screenshot_dir
+from daemon import scalar, wait_for
+from schedules_for_tests import VARIABLE as SCHEDULES_VARIABLE, entry
+from web_server import WebServer
+
+pytestmark = [pytest.mark.dashboard, pytest.mark.db]
+
+TOKEN = "dashboard-test-token-0123456789"
+HANDLERS = "handlers_for_tests,schedules_for_tests"
+PAGES = {
+    "overview": "/dashboard",
+    "jobs": "/dashboard/jobs",
+    "queues": "/dashboard/queues",
+    "workers": "/dashboard/workers",
+    "schedules": "/dashboard/schedules",
+    "dead-letter": "/dashboard/dead-letter",
+}
+
+
+@pytest.fixture(scope="module")
+def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+    web = WebServer(database_url, tmp_path_factory.mktemp("dashboard-web")).start()
+    yield web
+    web.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(server: WebServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    opened = Browser(f"http://127.0.0.1:{server.port}", screenshot_dir(tmp_path_factory.mktemp("screenshots")))
+    yield opened
+    opened.quit()
+
+
+@pytest.fixture
+def page(browser: Browser, conn: psycopg.Connection) -> Browser:
+    """The browser, on empty tables, its console read empty."""
+    browser.open("/dashboard")
+    browser.script("window.localStorage.clear()")
+    browser.console_errors()
+    return browser
+
+
+def fill_dead(conn: psycopg.Connection, n: int, error: str = "RuntimeError: card 4017 declined") -> None:
+    conn.execute(
+        "INSERT INTO jobs (type, payload, status, error, completed_at, errors) "
+        "SELECT 'charge', jsonb_build_object('order', i), 'dead', %s, now(), "
+        "jsonb_build_array(jsonb_build_object('attempt', 0, 'error', %s::text, 'at', now())) "
+        "FROM generate_series(1, %s) AS i", (error, error, n),
+    )
+    conn.execute(
+        "INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts, errors) "
+        "SELECT id, type, queue, payload, priority, max_retries, error, 1, errors FROM jobs WHERE status = 'dead'"
+    )
+
+
+def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Browser, conn, daemon):
+    daemon(2, JOBQ_HANDLERS=HANDLERS, **{SCHEDULES_VARIABLE: entry("nightly_report", "0 3 * * *") + ";"
+                                          + entry("every_minute", "* * * * *")})
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_schedules") == 2, 30, "the schedules declared")
+    fill_dead(conn, 3)
+    slow = jobq.enqueue("slow", {"sleep_seconds": 30}, tags=["import:88"], conn=conn)
+    jobq.enqueue("noop", {"n": 1}, queue="mail", run_at="2099-01-01T00:00:00Z", conn=conn)
+    failed = jobq.enqueue("always_fail", {"why": "demo"}, max_retries=1, conn=conn)
+    wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", slow.id) == "running", 30, "slow running")
+    wait_for(lambda: scalar(conn, "SELECT jsonb_array_length(errors) FROM jobs WHERE id = %s", failed.id), 30,
+             "a failed attempt")
+    group = scalar(conn, "SELECT id FROM jobq_dead_letter_groups LIMIT 1")
+    pages = {**PAGES, "job": f"/dashboard/jobs/{failed.id}", "running-job": f"/dashboard/jobs/{slow.id}",
+             "dead-letter-group": f"/dashboard/dead-letter/groups/{group}"}
+    for name, path in pages.items():
+        page.open(path)
+        assert page.find("main h1").text, name
+        assert page.find("nav[aria-label=Dashboard]")
+        page.screenshot(name)
+        page.screenshot(f"{name}-phone", PHONE)
+        assert page.console_errors() == [], name
+    # The phone-sized page fits its width (tables scroll inside their own box).
+    page.driver.set_window_size(*PHONE)
+    page.open("/dashboard/jobs")
+    assert page.script("return document.documentElement.scrollWidth") <= PHONE[0]
+    page.driver.set_window_size(1280, 1000)
+    # Keyboard: the skip link comes first and every control is reachable.
+    page.open("/dashboard/queues")
+    page.find("body").send_keys("\t")
+    assert page.script("return document.activeElement.className") == "skip"
+
+
+def test_the_filter_shows_the_right_rows(page: Browser, conn):
+    wanted = [jobq.enqueue("resize", {"i": i}, tags=["import:7"], conn=conn).id for i in range(3)]
+    jobq.enqueue("resize", {"i": 9}, conn=conn)
+    jobq.enqueue("send_mail", {"i": 1}, tags=["import:7"], queue="mail", conn=conn)
+    page.open("/dashboard/jobs")
+    page.find("#f-type").send_keys("resize")
+    page.find("#f-tag").send_keys("import:7")
+    page.find("form.filters button[type=submit]").click()
+    wait_for(lambda: "tag=import" in page.driver.current_url, 10, "the filtered page")
+    shown = [int(row.get_attribute("data-job")) for row in page.find_all("#job-rows tr[data-job]")]
+    assert shown == sorted(wanted, reverse=True)
+    assert "Counts exact" in page.text("#count-note")
+    # The status tab keeps the filter and counts only its rows.
+    assert page.find("#status-tabs a[aria-current=page]").text.startswith("All 3")
+    page.open("/dashboard/jobs?queue=mail")
+    assert [row.get_attribute("data-job") for row in page.find_all("#job-rows tr[data-job]")] == ["5"]
+    assert page.console_errors() == []
+
+
+def test_all_matching_retries_2000_dead_jobs_through_the_confirmation(page: Browser, conn):
+    fill_dead(conn, 2000)
+    jobq.enqueue("noop", conn=conn)  # pending: not matched
+    page.open("/dashboard/jobs?status=dead")
+    assert "2,000" in page.text("#status-tabs a[aria-current=page]")
+    page.find("#all-matching").click()
+    Select(page.find("#bulk-action")).select_by_value("retry")
+    page.find("#bulk button[type=submit]").click()
+    wait_for(lambda: page.find_all("#matched"), 10, "the confirmation")
+    assert page.text("#matched") == "2,000"
+    assert scalar(conn, "SELECT count(*) FROM jobs WHERE retried_as IS NOT NULL") == 0  # nothing changed yet
+    page.find("#confirm").click()
+    wait_for(lambda: "/dashboard/operations/" in page.driver.current_url, 10, "the operation's page")
+    wait_for(lambda: scalar(conn, "SELECT state FROM jobq_operations") == "done", 60, "the operation done")
+    assert scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'dead' AND retried_as IS NOT NULL") == 2000
+    assert scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'pending'") == 2001
+    assert scalar(conn, "SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NULL") == 0
+    actors = {row[0] for row in conn.execute("SELECT actor FROM jobq_audit WHERE action = 'bulk_retry'")}
+    assert actors == {"dashboard:anonymous"}
+    wait_for(lambda: page.text("#op-changed") == "2,000", 20, "the page showing the operation done")
+    assert page.console_errors() == []
+
+
+def test_a_queue_paused_by_its_button_has_none_of_its_jobs_claimed(page: Browser, conn, daemon):
+    daemon(2, JOBQ_HANDLERS=HANDLERS)
+    first = jobq.enqueue("noop", conn=conn)
+    wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", first.id) == "done", 30, "a first job done")
+    page.open("/dashboard/queues")
+    page.find("#reason-1").send_keys("browser test")
+    page.find("#pause-default").click()
+    wait_for(lambda: page.find_all("#resume-default"), 10, "the resume button")
+    assert scalar(conn, "SELECT paused_by FROM jobq_queues WHERE name = 'default'") == "dashboard:anonymous"
+    assert scalar(conn, "SELECT reason FROM jobq_queues WHERE name = 'default'") == "browser test"
+    later = [jobq.enqueue("noop", conn=conn).id for _ in range(5)]
+    time.sleep(2.5)  # more than a poll interval of the test daemon
+    claimed = scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND claimed_at IS NOT NULL", later)
+    assert claimed == 0
+    page.find("#resume-default").click()
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'done'", later) == 5,
+             30, "the jobs done after the resume")
+    assert page.console_errors() == []
+
+
+def test_a_running_job_is_cancelled_from_its_page(page: Browser, conn, daemon):
+    daemon(1, JOBQ_HANDLERS=HANDLERS)
+    job = jobq.enqueue("slow", {"sleep_seconds": 60}, conn=conn)
+    wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", job.id) == "running", 30, "running")
+    page.open(f"/dashboard/jobs/{job.id}")
+    assert not page.find_all("#action-retry") and not page.find_all("#action-delete")  # only valid actions
+    page.find("#action-cancel").click()
+    alert = page.driver.switch_to.alert
+    assert alert.text == f"Cancel job {job.id}?"
+    alert.accept()
+    wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", job.id) == "cancelled", 10, "cancelled")
+    assert scalar(conn, "SELECT cancelled_by FROM jobs WHERE id = %s", job.id) == "dashboard:anonymous"
+    wait_for(lambda: page.find_all("#action-retry"), 10, "the retry button of a cancelled job")
+    assert page.console_errors() == []
+
+
+def test_a_job_enqueued_meanwhile_appears_and_reaches_done_without_a_reload(page: Browser, conn, daemon):
+    daemon(1, JOBQ_HANDLERS=HANDLERS)
+    page.open("/dashboard/jobs")
+    page.script("window.localStorage.setItem('jobq.dashboard.refresh', '1')")
+    page.open("/dashboard/jobs")
+    assert Select(page.find("#refresh")).first_selected_option.get_attribute("value") == "1"
+    page.script("window.notReloaded = true")
+    job = jobq.enqueue("slow", {"sleep_seconds": 1.5}, conn=conn)
+    row = f"#job-rows tr[data-job='{job.id}'] .status"
+    wait_for(lambda: page.find_all(row), 10, "the new job's row")
+    wait_for(lambda: page.find_all(row) and page.text(row) == "done", 30, "the row saying done")
+    assert page.script("return window.notReloaded") is True
+    assert page.console_errors() == []
+
+
+@pytest.fixture(scope="module")
+def guarded(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+    web = WebServer(database_url, tmp_path_factory.mktemp("dashboard-token"), JOBQ_API_TOKEN=TOKEN).start()
+    yield web
+    web.stop()
+
+
+def test_with_a_token_the_dashboard_asks_for_it_once_and_the_api_stays_bearer_only(guarded, browser, conn):
+    base = f"http://127.0.0.1:{guarded.port}"
+    driver = browser.driver
+    driver.get(base + "/dashboard/queues")
+    assert "/dashboard/login" in driver.current_url
+    driver.find_element(By.ID, "token").send_keys("not the token")
+    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    assert driver.find_element(By.CSS_SELECTOR, ".problem").text == "That is not the token."
+    driver.find_element(By.ID, "token").send_keys(TOKEN)
+    driver.find_element(By.CSS_SELECTOR, "form.login button").click()
+    wait_for(lambda: driver.current_url == base + "/dashboard/queues", 10, "the page asked for")
+    cookie = driver.get_cookie("jobq_dashboard")
+    assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/dashboard"
+    driver.get(base + "/dashboard/jobs")
+    assert driver.find_element(By.CSS_SELECTOR, "main h1").text == "Jobs"
+    # The cookie opens the dashboard only: the API wants the bearer token.
+    session = {"Cookie": f"jobq_dashboard={cookie['value']}"}
+    assert guarded.request("GET", "/jobs", headers=session).status == 401
+    assert guarded.request("GET", "/dashboard/queues", headers=session).status == 200
+    assert guarded.request("GET", "/dashboard/queues").status == 302
+    assert guarded.request("GET", "/dashboard/static/dashboard.css").status == 200  # open, like /health
+    # An action without the CSRF token, or from another site, is refused; with both, done.
+    form = {"Content-Type": "application/x-www-form-urlencoded", **session}
+    pause = "/dashboard/queues/default/pause"
+    assert guarded.request("POST", pause, raw=b"reason=x", headers=form).status == 403
+    csrf = driver.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+    body = urllib.parse.urlencode({"csrf": csrf}).encode()
+    evil = {**form, "Origin": "https://evil.example"}
+    assert guarded.request("POST", pause, raw=body, headers=evil).status == 403
+    assert guarded.request("POST", pause, raw=body).status == 401  # no cookie
+    assert scalar(conn, "SELECT count(*) FROM jobq_queues") == 0
+    assert guarded.request("POST", pause, raw=body, headers=form).status == 302
+    actor = scalar(conn, "SELECT paused_by FROM jobq_queues WHERE name = 'default'")
+    api_actor = json.loads(guarded.request("POST", "/queues/default/resume",
+                                           headers={"Authorization": f"Bearer {TOKEN}"}).body)
+    assert api_actor["changed"] == ["default"]
+    audit_actor = scalar(conn, "SELECT actor FROM jobq_audit WHERE action = 'resume'")
+    assert actor.startswith("dashboard:") and actor[len("dashboard:"):] == audit_actor[len("api:"):]
+    # Logging out ends it.
+    driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
+    wait_for(lambda: "/dashboard/login" in driver.current_url, 10, "the login page")
+    driver.get(base + "/dashboard/jobs")
+    assert "/dashboard/login" in driver.current_url
+    browser.console_errors()  # the refused login's 401 is logged; nothing else to check here
