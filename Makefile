@@ -5,9 +5,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
-AREAS := unit once dlq retry reaper daemon api chaos control schedules
+AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard
 
-.PHONY: run test $(addprefix test-,$(AREAS)) coverage clean
+.PHONY: run test browser $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,24 @@ run: $(BIN)/python
 # package, with the migrations it ships.
 test: $(BIN)/python
 	rm -rf build  # setuptools keeps modules moved or deleted since the last build there
+	@case "$(PYTEST_ARGS)" in *"not dashboard"*) ;; *-m*dashboard*) $(MAKE) --no-print-directory browser ;; \
+	  *-m*) ;; *) $(MAKE) --no-print-directory browser ;; esac
 	$(BIN)/python -m pip install --quiet '.[test]'
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The dashboard's browser tests drive Debian's chromium through chromedriver (never a
+# browser downloaded at test time). Installed with apt-get when missing and run as root;
+# otherwise one line says what to do. Runs for the whole suite and the dashboard area only.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make test: installing chromium and chromium-driver for the dashboard's browser tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	else \
+	  echo "make test: the dashboard's browser tests need chromium and chromedriver: run 'sudo apt-get install chromium chromium-driver' (or skip them: make test PYTEST_ARGS='-m \"not dashboard\"')" >&2; \
+	  exit 1; \
+	fi
 
 # One area at a time, like the seed's run_tests.sh modes.
 $(addprefix test-,$(AREAS)): test-%:

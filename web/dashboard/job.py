@@ -27,7 +27,7 @@ def timeline(job: Job) -> list[Step]:
     """created → scheduled → claimed → started → each failed attempt → outcome, in order."""
     steps = [Step(job.created_at, "created", f"queue {job.queue}, priority {job.priority}")]
     if job.run_at > job.created_at:
-        steps.append(Step(job.run_at, "scheduled for", "due"))
+        steps.append(Step(job.run_at, "due", "run_at"))
     for failure in job.errors or []:
         at = failure.get("at")
         when = datetime.fromisoformat(at) if isinstance(at, str) else None

@@ -1,0 +1,164 @@
+"""The dashboard without a browser: its modes (full, readonly, off), hidden payloads,
+the CSRF check, answers to bad input, and the library reads it shows (tallies, workers,
+selected dead letters, charts)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+import jobq
+from jobq import dead_letter, tallies
+from jobq.daemon import presence
+from jobq.errors import ConfigError
+from jobq.settings import Settings
+from jobq.workers import list_workers
+from web.dashboard import charts
+
+pytestmark = [pytest.mark.dashboard, pytest.mark.db]
+
+PAGES = ("/dashboard", "/dashboard/jobs", "/dashboard/queues", "/dashboard/workers", "/dashboard/schedules",
+         "/dashboard/dead-letter")
+
+
+def csrf_of(html: bytes) -> str:
+    found = re.search(rb'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1).decode()
+
+
+def test_full_answers_every_page_and_redirects_the_root(make_app, conn):
+    client = make_app().test_client()
+    response = client.get("/")
+    assert response.status_code == 302 and response.headers["Location"].endswith("/dashboard")
+    for path in PAGES:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+
+
+def test_readonly_has_no_action_route_and_off_no_route_at_all(make_app, conn):
+    readonly = make_app(dashboard="readonly")
+    assert not [rule for rule in readonly.url_map.iter_rules() if rule.endpoint.startswith("dashboard_actions.")]
+    client = readonly.test_client()
+    for path in PAGES:
+        page = client.get(path)
+        assert page.status_code == 200 and b"read-only" in page.data.lower(), path
+        assert b'method="post"' not in page.data, path
+    assert client.post("/dashboard/queues/default/pause").status_code in (404, 405)
+    off = make_app(dashboard="off").test_client()
+    assert off.get("/").status_code == 404
+    assert off.get("/dashboard").status_code == 404
+    assert off.get("/dashboard/static/dashboard.js").status_code == 404
+
+
+def test_bad_dashboard_settings_stop_start_up_naming_the_variable():
+    with pytest.raises(ConfigError, match="JOBQ_DASHBOARD"):
+        Settings.from_env({"JOBQ_DASHBOARD": "sometimes"})
+    with pytest.raises(ConfigError, match="JOBQ_DASHBOARD_HIDE_PAYLOADS"):
+        Settings.from_env({"JOBQ_DASHBOARD_HIDE_PAYLOADS": "perhaps"})
+    with pytest.raises(ConfigError, match="JOBQ_SECRET_KEY") as refused:
+        Settings.from_env({"JOBQ_SECRET_KEY": "short-secret"})
+    assert "short-secret" not in str(refused.value)  # a secret is never quoted
+
+
+def test_hidden_payloads_are_shown_nowhere(make_app, conn):
+    job = jobq.enqueue("echo", {"secret": "s3cr3t-payload"}, conn=conn)
+    conn.execute("UPDATE jobs SET status = 'done', result = '{\"out\": \"s3cr3t-result\"}' WHERE id = %s", (job.id,))
+    shown = make_app().test_client().get(f"/dashboard/jobs/{job.id}").data
+    assert b"s3cr3t-payload" in shown and b"s3cr3t-result" in shown
+    hidden = make_app(dashboard_hide_payloads=True).test_client()
+    for path in (f"/dashboard/jobs/{job.id}", "/dashboard/jobs"):
+        page = hidden.get(path).data
+        assert b"s3cr3t" not in page, path
+
+
+def test_a_post_needs_the_session_csrf_token_and_an_own_origin(make_app, conn):
+    jobq.enqueue("noop", queue="mail", conn=conn)
+    client = make_app().test_client()
+    assert client.post("/dashboard/queues/mail/pause", data={"reason": "x"}).status_code == 403
+    csrf = csrf_of(client.get("/dashboard/queues").data)  # sets the anonymous session's cookie
+    other = client.post("/dashboard/queues/mail/pause", data={"csrf": csrf}, headers={"Origin": "https://evil.example"})
+    assert other.status_code == 403
+    assert client.post("/dashboard/queues/mail/pause", data={"csrf": "0" * 32}).status_code == 403
+    assert conn.execute("SELECT count(*) FROM jobq_queues").fetchone()[0] == 0
+    done = client.post("/dashboard/queues/mail/pause", data={"csrf": csrf, "reason": "incident"},
+                       headers={"Origin": "http://localhost"})
+    assert done.status_code == 302
+    assert conn.execute("SELECT paused_by, reason FROM jobq_queues").fetchone() == ("dashboard:anonymous", "incident")
+    assert conn.execute("SELECT actor FROM jobq_audit WHERE action = 'pause'").fetchone()[0] == "dashboard:anonymous"
+
+
+def test_bad_input_gets_a_page_saying_what_is_wrong_never_a_500(make_app, conn):
+    client = make_app().test_client()
+    page = client.get("/dashboard/jobs?ids=3,x&created_after=yesterday")
+    assert page.status_code == 200 and b"ids" in page.data and b'role="alert"' in page.data
+    assert client.get("/dashboard/jobs?created_after=yesterday").status_code == 200
+    assert client.get("/dashboard/jobs/confirm?action=explode&all=1&status=dead").status_code == 400
+    assert client.get("/dashboard/jobs/confirm?action=retry&all=1").status_code == 400  # an empty filter
+    assert client.get("/dashboard/jobs/confirm?action=retry").status_code == 400  # nothing selected
+    assert client.get("/dashboard/jobs/999").status_code == 404
+    assert client.get("/dashboard/dead-letter/groups/nope").status_code == 404
+    assert client.get("/dashboard/operations/5").status_code == 404
+    assert client.get("/dashboard?window=7y").status_code == 200
+
+
+def test_tallies_are_exact_from_the_counters_or_capped(conn):
+    for i in range(7):
+        jobq.enqueue("noop", {"i": i}, tags=["many"], queue="mail" if i % 2 else "default", conn=conn)
+    jobq.enqueue("echo", tags=["few"], conn=conn)
+    counted = tallies.by_status({"queue": "mail", "type": "noop", "status": "done"}, conn=conn)
+    assert counted.exact and counted.total == 3 and counted.by_status["pending"] == 3
+    few = tallies.by_status({"tag": "few"}, cap=5, conn=conn)
+    assert few.exact and few.total == 1 and few.by_status["pending"] == 1
+    many = tallies.by_status({"tag": "many"}, cap=5, conn=conn)
+    assert (many.exact, many.total, many.by_status) == (False, 5, {})
+    jobq.enqueue("noop", run_at=datetime.now(timezone.utc) + timedelta(hours=1), queue="mail", conn=conn)
+    assert tallies.scheduled(["mail", "default"], cap=5, conn=conn) == {"mail": 1, "default": 0}
+
+
+def test_workers_are_listed_with_the_job_they_run(conn):
+    presence.register(conn, "host-a:41:t", "host-a", 41, ["default"])
+    job = jobq.enqueue("slow", conn=conn)
+    conn.execute("UPDATE jobs SET status = 'running', started_at = now() - interval '5 s' WHERE id = %s", (job.id,))
+    presence.beat(conn, "host-a:41:t", job.id, 12)
+    (worker,) = list_workers(conn=conn)
+    assert (worker.hostname, worker.pid, worker.current_job_id, worker.jobs_done, worker.job_type) == (
+        "host-a", 41, job.id, 12, "slow")
+    assert 4 < worker.job_running_seconds < 60 and worker.live(30)
+
+
+def test_selected_dead_letters_are_replayed_or_discarded_with_an_audit_row(conn):
+    conn.execute(
+        "INSERT INTO jobs (type, payload, status, error) SELECT 'charge', '{}', 'dead', 'E: x' FROM generate_series(1, 3)"
+    )
+    conn.execute("INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts) "
+                 "SELECT id, type, queue, payload, priority, max_retries, error, 1 FROM jobs")
+    ids = [row[0] for row in conn.execute("SELECT id FROM dead_letter_jobs ORDER BY id")]
+    group_id = dead_letter.get(ids[0], conn=conn).group_id
+    assert [letter.id for letter in dead_letter.letters_of_group(group_id, conn=conn)] == ids[::-1]
+    replayed = dead_letter.replay_many(ids[:2], actor="dashboard:t", conn=conn)
+    assert sorted(replayed) == ids[:2]
+    assert dead_letter.discard_many(ids, actor="dashboard:t", conn=conn) == [ids[2]]
+    assert dead_letter.group(group_id, conn=conn).count == 0
+    audit = conn.execute("SELECT action, counts->>'changed' FROM jobq_audit ORDER BY id").fetchall()
+    assert audit == [("dead_letter.replay", "2"), ("dead_letter.discard", "1")]
+
+
+def test_charts_break_their_lines_where_minutes_have_no_data():
+    start = datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc)
+    points = [
+        SimpleNamespace(minute=start + timedelta(minutes=i), completed=60 * i, failed=0, dead=0, cancelled=0,
+                        pending=10, running=1, run_p50=None if i == 2 else 0.5, run_p95=1.0, run_p99=2.0,
+                        latency_p50=0.1, latency_p95=0.2, latency_p99=0.3)
+        for i in range(5)
+    ]
+    throughput, depth, run_time, _ = charts.charts_of(points)
+    assert throughput.series["done"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    drawn = str(charts.svg(run_time))
+    assert drawn.count("<polyline") == 4  # p50 in two pieces, p95, p99
+    assert 'role="img"' in drawn and "09:00" in drawn and "09:04 UTC" in drawn
+    assert "<polyline" in str(charts.svg(depth))
