@@ -628,6 +628,9 @@ MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('jobq_migrations') IS NOT NULL"
 # of a few rows; no lock).
 MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
 
+# MIGRATION_LIST_VERSIONS: every version recorded (numbers may have gaps: jobq.migrate).
+MIGRATION_LIST_VERSIONS = "SELECT version FROM jobq_migrations"
+
 # MIGRATION_RECORD: one file applied, in the same transaction as its DDL; run under
 # MIGRATION_LOCK, and the primary key on version refuses a second record of a file.
 MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(version)s, %(name)s)"
