@@ -155,6 +155,9 @@ CASES: list[tuple[str, str, dict[str, Any]]] = (
        for method, suffix in (("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("POST", "/run"))]
     + [("POST", f"/schedules/nightly/pause?{query}", {}) for query in ("reason=%00", "reason=" + "r" * 501)]
     + [(method, "/schedules", {}) for method in ("POST", "DELETE")]
+    + [("GET", f"/stats?{query}", {}) for query in
+       ("window=1d", "window=", "window=%00", "window=" + "w" * 10_000, "queue=", "queue=a%00", "queue=" + "q" * 101)]
+    + [(method, "/stats", {}) for method in ("POST", "DELETE")]
 )
 CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CASES)]
 
