@@ -76,6 +76,22 @@ def fill_dead(conn: psycopg.Connection, n: int, error: str = "RuntimeError: card
     )
 
 
+def fill_minutes(conn: psycopg.Connection) -> None:
+    """An hour of made-up rollup rows (jobq.rollup's own tests check the real ones), so
+    that the overview's charts have lines to draw."""
+    conn.execute(
+        "INSERT INTO jobq_minutes SELECT date_trunc('minute', now()) - make_interval(mins => m), q, "
+        "300 + 200 * sin(m / 6.0) + m, 4 + m % 5, m % 3, m % 2, 500 + 40 * m, 2 + m % 3, "
+        "0.2 + 0.05 * cos(m / 5.0), 0.9 + 0.2 * sin(m / 7.0), 1.6 + 0.3 * sin(m / 9.0), "
+        "0.05, 0.4 + 0.1 * sin(m / 4.0), 1.1 + 0.4 * cos(m / 8.0) "
+        "FROM generate_series(1, 60) AS m, unnest(ARRAY['', 'default']) AS q "
+        "ON CONFLICT (queue, minute) DO UPDATE SET completed = excluded.completed, failed = excluded.failed, "
+        "pending = excluded.pending, running = excluded.running, run_p50 = excluded.run_p50, "
+        "run_p95 = excluded.run_p95, run_p99 = excluded.run_p99, latency_p50 = excluded.latency_p50, "
+        "latency_p95 = excluded.latency_p95, latency_p99 = excluded.latency_p99"
+    )
+
+
 def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Browser, conn, daemon):
     daemon(2, JOBQ_HANDLERS=HANDLERS, **{SCHEDULES_VARIABLE: entry("nightly_report", "0 3 * * *") + ";"
                                           + entry("every_minute", "* * * * *")})
@@ -88,6 +104,7 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
     wait_for(lambda: scalar(conn, "SELECT jsonb_array_length(errors) FROM jobs WHERE id = %s", failed.id), 30,
              "a failed attempt")
     group = scalar(conn, "SELECT id FROM jobq_dead_letter_groups LIMIT 1")
+    fill_minutes(conn)
     pages = {**PAGES, "job": f"/dashboard/jobs/{failed.id}", "running-job": f"/dashboard/jobs/{slow.id}",
              "dead-letter-group": f"/dashboard/dead-letter/groups/{group}"}
     for name, path in pages.items():
@@ -97,6 +114,8 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
         page.screenshot(name)
         page.screenshot(f"{name}-phone", PHONE)
         assert page.console_errors() == [], name
+    page.open("/dashboard?window=1h")
+    assert len(page.find_all("svg.chart polyline")) >= 8  # four charts, two or three lines each
     # The phone-sized page fits its width (tables scroll inside their own box).
     page.driver.set_window_size(*PHONE)
     page.open("/dashboard/jobs")
