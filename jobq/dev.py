@@ -58,7 +58,7 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
             "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{port} {os.environ.get('GUNICORN_CMD_ARGS', '')}".strip(),
             "PYTHONUNBUFFERED": "1",
         }
-        _banner(port, where, len(applied))
+        _banner(port, where, len(applied), settings.dashboard)
         # honcho SIGKILLs what is still running this long after Ctrl-C: leave the
         # workers their graceful timeout first.
         honcho.manager.KILL_WAIT = int(settings.graceful_timeout) + 5
@@ -87,8 +87,11 @@ def _commands(procfile: Path) -> dict[str, str]:
     return {name: f"exec {command}" for name, command in processes.items()}
 
 
-def _banner(port: int, where: str, migrations: int) -> None:
+def _banner(port: int, where: str, migrations: int, dashboard: str) -> None:
     click.echo("")
+    if dashboard != "off":
+        shown = "" if dashboard == "full" else f"   ({dashboard})"
+        click.echo(f"  dashboard    http://127.0.0.1:{port}/dashboard{shown}")
     click.echo(f"  jobq API     http://127.0.0.1:{port}   (docs: http://127.0.0.1:{port}/docs)")
     click.echo(f"  database     {where}" + (f"; {migrations} migration(s) applied" if migrations else ""))
     click.echo("  logs         web and worker output below, prefixed by process")

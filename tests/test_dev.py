@@ -70,6 +70,8 @@ def test_jobq_dev_runs_everything_and_stops_everything(tmp_path):
     try:
         wait_for(lambda: healthy(port), 60, "the API answering /health")
         job = request(port, "POST", "/jobs", {"type": "echo", "payload": {"hello": "world"}})
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard", timeout=10) as page:  # the URL it prints
+            assert page.status == 200 and b"<h1>Overview</h1>" in page.read()
         wait_for(lambda: request(port, "GET", f"/jobs/{job['id']}")["status"] == "done", 30, "the job done")
         server_pid = int((data_dir / "pg" / "data" / "postmaster.pid").read_text().split()[0])
         children = [pid for pid in session_processes(proc.pid) if pid != proc.pid]
@@ -81,6 +83,7 @@ def test_jobq_dev_runs_everything_and_stops_everything(tmp_path):
     assert not alive(server_pid) and not postgres_running(data_dir)
     text = log.read_text()
     assert f"http://127.0.0.1:{port}" in text and "embedded PostgreSQL 16" in text
+    assert f"dashboard    http://127.0.0.1:{port}/dashboard" in text
 
     again = start_dev(data_dir, port, log)
     try:
