@@ -7,7 +7,9 @@ Fills the table (synthetic finished jobs, plus pending, running and dead ones), 
 the maintenance leader take its counter samples, then times, over loopback:
 ``GET /metrics`` and ``GET /metrics/prometheus`` against Gunicorn as the Procfile
 starts it, and ``jobq inspect --json`` (the whole command, interpreter start
-included, and the snapshot it takes, alone).
+included, and the snapshot it takes, alone); then each page of the dashboard (as its
+live refresh fetches it: the whole page) against Gunicorn, and how many statements one
+fetch sends (counted in process, through Flask's test client, on psycopg's cursors).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import jobq
 import stack
 from common import database, emit, environment, migrated, reset
 from jobq.inspection import snapshot
-from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE, Settings
 from scale import CHUNK, FILL_FINISHED
 
 # Besides the history: scheduled jobs, dead jobs and their dead letters.
@@ -38,6 +40,66 @@ FILL_OTHERS = (
     "INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts) "
     "SELECT id, type, queue, payload, priority, max_retries, error, 1 FROM jobs WHERE status = 'dead'"
 )
+
+
+# The dashboard's pages as its live refresh fetches them (the {group} is filled in).
+DASHBOARD_PAGES = {
+    "overview": "/dashboard",
+    "overview 24h": "/dashboard?window=24h",
+    "jobs": "/dashboard/jobs",
+    "jobs done": "/dashboard/jobs?status=done",
+    "jobs dead": "/dashboard/jobs?status=dead",
+    "jobs type (1,000 rows)": "/dashboard/jobs?type=always_fail",
+    "jobs type (1 M rows)": "/dashboard/jobs?type=noop",
+    "jobs error text": "/dashboard/jobs?error=always",
+    "jobs created range": "/dashboard/jobs?created_after=2000-01-01T00:00:00",
+    "job": "/dashboard/jobs/1",
+    "queues": "/dashboard/queues",
+    "workers": "/dashboard/workers",
+    "schedules": "/dashboard/schedules",
+    "dead letters": "/dashboard/dead-letter",
+    "dead-letter group": "/dashboard/dead-letter/groups/{group}",
+    "confirm retry of all dead (dry run)": "/dashboard/jobs/confirm?action=retry&all=1&status=dead",
+}
+
+
+def dashboard_pages(url: str, conn: psycopg.Connection, fetches: int) -> dict[str, dict[str, float]]:
+    """Each page's time over HTTP (median, max) and the statements one fetch sends."""
+    group = conn.execute("SELECT id FROM jobq_dead_letter_groups ORDER BY count DESC LIMIT 1").fetchone()[0]
+    paths = {name: path.format(group=group) for name, path in DASHBOARD_PAGES.items()}
+    found = {name: {"statements": count} for name, count in statements_per_page(url, paths).items()}
+    with stack.gunicorn(url) as web:
+        for name, path in paths.items():
+            get(web + path)  # the process's pool, the session cookie's key
+            found[name] = {**timed(lambda: get(web + path), fetches), **found[name]}
+    return found
+
+
+def statements_per_page(url: str, paths: dict[str, str]) -> dict[str, int]:
+    """The statements one fetch of each page sends, counted on psycopg's cursors."""
+    from web.app import create_app
+
+    app = create_app(Settings.from_env({}, database_url=url))
+    client = app.test_client()
+    sent = 0
+    execute = psycopg.Cursor.execute
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal sent
+        sent += 1
+        return execute(self, *args, **kwargs)
+
+    counted = {}
+    psycopg.Cursor.execute = counting  # type: ignore[method-assign]
+    try:
+        for name, path in paths.items():
+            client.get(path)  # the first fetch reads the session key
+            sent = 0
+            assert client.get(path).status_code == 200, path
+            counted[name] = sent
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+    return counted
 
 
 def timed(action, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -86,6 +148,7 @@ def main() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             inspect_query = timed(lambda: snapshot(conn, namespace=DEFAULT_ADVISORY_NAMESPACE), args.scrapes)
             depth = jobq.counts(conn=conn).depth
+            pages = dashboard_pages(url, conn, args.scrapes)
     result = {
         **environment(),
         "rows": rows,
@@ -94,6 +157,7 @@ def main() -> None:
         "metrics_prometheus": scrape_prometheus,
         "inspect_command": command,
         "inspect_snapshot": inspect_query,
+        "dashboard": pages,
     }
     if args.json:
         emit(result, True)
@@ -103,6 +167,9 @@ def main() -> None:
         print(f"GET /metrics/prometheus  median {scrape_prometheus['median_ms']} ms, max {scrape_prometheus['max_ms']} ms")
         print(f"jobq inspect --json      median {command['median_ms']} ms (the whole command), "
               f"snapshot alone {inspect_query['median_ms']} ms")
+        for name, figures in pages.items():
+            print(f"dashboard {name:38} median {figures['median_ms']} ms, max {figures['max_ms']} ms, "
+                  f"{figures['statements']:g} statements")
 
 
 if __name__ == "__main__":

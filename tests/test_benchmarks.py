@@ -74,6 +74,8 @@ def test_observe_benchmark_times_scrapes_and_inspect():
     assert report["rows"] == 5000 + 10000 + 1000
     assert report["metrics_json"]["median_ms"] > 0 and report["metrics_prometheus"]["median_ms"] > 0
     assert report["inspect_command"]["median_ms"] > 0 and report["inspect_snapshot"]["median_ms"] > 0
+    pages = report["dashboard"]
+    assert "overview" in pages and "jobs" in pages and all(p["median_ms"] > 0 and p["statements"] >= 1 for p in pages.values())
 
 
 def test_dashdata_benchmark_times_the_rollup_and_the_series():
