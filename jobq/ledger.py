@@ -69,6 +69,7 @@ def list_jobs(
     created_before: datetime | None = None,
     error: str | None = None,
     schedule: str | None = None,
+    capped: bool = False,
     conn: Connection | None = None,
 ) -> Page[Job]:
     """Jobs newest first (created_at, then id), filtered (:class:`jobq.filters.JobFilter`:
@@ -78,7 +79,9 @@ def list_jobs(
     UTC. ``status`` may be any of the seven statuses. ``error`` is a substring of the
     last error, any case. The total is exact for the seed's criteria (status, type,
     queue, created_after); with any other, it is counted up to COUNT_LIMIT past
-    ``offset`` and ``total_exact`` says whether it stopped there. Raises
+    ``offset`` and ``total_exact`` says whether it stopped there; ``capped`` counts so
+    for the seed's type and created_after too (the dashboard, whose exact counts come
+    from the counters, never counts a million rows for a page). Raises
     :class:`InvalidArgument` naming a bad filter, limit (1-500) or offset (>= 0).
     """
     job_filter = parse_filter(
@@ -96,7 +99,7 @@ def list_jobs(
             # one that has none is not searched at all).
             total = _total_from_counters(c, status=status, queue=queue)
             wanted = max(0, min(limit, total - offset))
-        elif set(job_filter.given()) <= SEED_CRITERIA:
+        elif set(job_filter.given()) <= SEED_CRITERIA and not capped:
             total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
             wanted = limit
         else:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 import jobq
-from jobq import dead_letter, tallies
+from jobq import dead_letter, ledger, tallies
 from jobq.daemon import presence
 from jobq.errors import ConfigError
 from jobq.settings import Settings
@@ -118,6 +118,16 @@ def test_tallies_are_exact_from_the_counters_or_capped(conn):
     assert (many.exact, many.total, many.by_status) == (False, 5, {})
     jobq.enqueue("noop", run_at=datetime.now(timezone.utc) + timedelta(hours=1), queue="mail", conn=conn)
     assert tallies.scheduled(["mail", "default"], cap=5, conn=conn) == {"mail": 1, "default": 0}
+
+
+def test_a_capped_listing_counts_no_further_than_the_cap_even_for_the_seeds_criteria(conn, monkeypatch):
+    monkeypatch.setattr(ledger, "COUNT_LIMIT", 4)
+    for i in range(6):
+        jobq.enqueue("noop", {"i": i}, conn=conn)
+    exact = jobq.list_jobs(type="noop", limit=2, conn=conn)
+    assert (exact.total, exact.total_exact, len(exact.items)) == (6, True, 2)
+    capped = jobq.list_jobs(type="noop", limit=2, capped=True, conn=conn)
+    assert (capped.total, capped.total_exact, [j.id for j in capped.items]) == (4, False, [6, 5])
 
 
 def test_workers_are_listed_with_the_job_they_run(conn):

@@ -53,12 +53,19 @@ def jobs() -> str:
         job_filter, problem = {}, str(exc)
     with common.database() as conn:
         tally = tallies.by_status(job_filter, conn=conn)
-        listing = jobq.list_jobs(**_list_args(job_filter), limit=common.PAGE_SIZE, offset=offset_n, conn=conn)
+        listing = jobq.list_jobs(**job_filter, limit=common.PAGE_SIZE, offset=offset_n, capped=True, conn=conn)
         known = jobq.counts(conn=conn)
     tabs = [s for s in STATUSES if s in TABS or tally.by_status.get(s)]
+    # How many match: exact from the tally when it is (the counters, or a small count),
+    # else the listing's count, capped.
+    if tally.exact:
+        status = job_filter.get("status")
+        matching, matching_exact = (tally.by_status.get(status, 0) if status else tally.total), True
+    else:
+        matching, matching_exact = listing.total, listing.total_exact
     return common.page(
         "jobs.html", "Jobs", listing=listing, tally=tally, tabs=tabs, job_filter=job_filter, problem=problem,
-        count_note=_count_note(job_filter, tally),
+        count_note=_count_note(job_filter, tally), matching=matching, matching_exact=matching_exact,
         queues=sorted(known.queues), types=sorted(known.types), actions=ACTIONS, offset=offset_n,
         page_size=common.PAGE_SIZE,
     )
@@ -71,10 +78,6 @@ def _count_note(job_filter: dict[str, Any], tally: tallies.Tally) -> str:
     if set(job_filter) <= tallies.COUNTER_CRITERIA:
         return "Counts exact, from the counters."
     return f"Counts exact (counted: fewer than {tally.cap:,} jobs match)."
-
-
-def _list_args(job_filter: dict[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in job_filter.items()}
 
 
 @pages.get("/jobs/confirm")
