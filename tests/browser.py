@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -49,6 +50,12 @@ class Browser:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
     def text(self, css: str) -> str:
+        """The element's text; found again if the live refresh replaced it meanwhile."""
+        for _ in range(5):
+            try:
+                return self.find(css).text
+            except StaleElementReferenceException:
+                continue
         return self.find(css).text
 
     def script(self, code: str, *args: Any) -> Any:
