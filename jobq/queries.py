@@ -1094,11 +1094,11 @@ DEAD_LETTER_DISCARD_IF_WAITING = (
 # The dashboard's reads (web/dashboard): each bounded whatever the size of jobs.
 
 # WORKER_LIST_WITH_JOB: every registered worker (a table of a few rows) with its heartbeat
-# age, and the job it runs (one primary-key probe each): type, status, progress, and how
-# long it has run (since started_at, else claimed_at).
+# age, and the job it runs (one primary-key probe each): progress (as WORKER_LIST), type,
+# status, and how long it has run (since started_at, else claimed_at).
 WORKER_LIST_WITH_JOB = (
     "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
-    "extract(epoch FROM now() - w.heartbeat_at)::float8, j.type, j.status, j.progress, "
+    "extract(epoch FROM now() - w.heartbeat_at)::float8, j.progress, j.type, j.status, "
     "extract(epoch FROM now() - coalesce(j.started_at, j.claimed_at))::float8 "
     "FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job_id ORDER BY w.hostname, w.pid"
 )

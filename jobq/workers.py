@@ -4,30 +4,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from jobq import queries
 from jobq.db import Connection, connection
+from jobq.inspection import WorkerRow
 
 
-@dataclass(frozen=True, slots=True)
-class Worker:
-    """One registered worker process now. ``job_*`` describe the job it runs (None when
-    idle); ``job_running_seconds`` counts from the job's start (or its claim)."""
+@dataclass(frozen=True)
+class Worker(WorkerRow):
+    """One registered worker process now, as `jobq inspect` shows it (its job's
+    ``progress`` included), and the type and status of the job it runs and how long it
+    has run (from its start, or its claim); None when idle."""
 
-    id: str
-    hostname: str
-    pid: int
-    queues: list[str]
-    current_job_id: int | None
-    jobs_done: int
-    started_at: datetime
-    heartbeat_age_seconds: float
-    job_type: str | None
-    job_status: str | None
-    job_progress: dict[str, Any] | None
-    job_running_seconds: float | None
+    job_type: str | None = None
+    job_status: str | None = None
+    job_running_seconds: float | None = None
 
     def live(self, stale_seconds: float) -> bool:
         """Whether its heartbeat is younger than ``stale_seconds`` (JOBQ_STALE_THRESHOLD)."""

@@ -172,3 +172,22 @@ def test_charts_break_their_lines_where_minutes_have_no_data():
     assert drawn.count("<polyline") == 4  # p50 in two pieces, p95, p99
     assert 'role="img"' in drawn and "09:00" in drawn and "09:04 UTC" in drawn
     assert "<polyline" in str(charts.svg(depth))
+
+
+def test_a_schedule_is_run_paused_and_resumed_from_its_page(make_app, conn):
+    from test_schedules import declare, spec
+
+    declare(conn, spec("nightly"))
+    client = make_app().test_client()
+    csrf = csrf_of(client.get("/dashboard/schedules").data)
+    run = client.post("/dashboard/schedules/nightly/run", data={"csrf": csrf})
+    job_id = conn.execute("SELECT id FROM jobs WHERE schedule = 'nightly'").fetchone()[0]
+    assert run.status_code == 302 and run.headers["Location"].endswith(f"/dashboard/jobs/{job_id}")
+    assert client.post("/dashboard/schedules/nightly/pause", data={"csrf": csrf, "reason": "db move"}).status_code == 302
+    assert conn.execute("SELECT paused_by, reason FROM jobq_schedules").fetchone() == ("dashboard:anonymous", "db move")
+    assert b"paused" in client.get("/dashboard/schedules").data
+    assert client.post("/dashboard/schedules/nightly/resume", data={"csrf": csrf}).status_code == 302
+    assert conn.execute("SELECT paused_at FROM jobq_schedules").fetchone()[0] is None
+    actions = [row[0] for row in conn.execute("SELECT action FROM jobq_audit ORDER BY id")]
+    assert actions == ["schedule.run", "schedule.pause", "schedule.resume"]
+    assert client.post("/dashboard/schedules/nope/run", data={"csrf": csrf}).status_code == 404

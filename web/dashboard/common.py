@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flask import render_template
+from flask import render_template, request
 
 from jobq.db import Connection
 from web.context import api
@@ -47,3 +47,15 @@ def stale_seconds() -> float:
 
 def database_url() -> str:
     return api().settings.require_database_url()
+
+
+def pause_or_resume(library: Any, name: str, action: str) -> None:
+    """Pause (with the form's reason, if any) or resume a queue or a schedule:
+    ``library`` is :mod:`jobq.queues` or :mod:`jobq.schedules`, whose pause and resume
+    take the same arguments; audited as the dashboard's actor."""
+    actor = security.actor()
+    with database() as conn:
+        if action == "pause":
+            library.pause(name, reason=request.form.get("reason") or None, actor=actor, conn=conn)
+        else:
+            library.resume(name, actor=actor, conn=conn)

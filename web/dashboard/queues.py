@@ -6,7 +6,7 @@ from __future__ import annotations
 from flask import Response, redirect, request, url_for
 
 from jobq import queues as library
-from web.dashboard import common, security
+from web.dashboard import common
 from web.dashboard.blueprints import actions, pages
 
 
@@ -20,12 +20,7 @@ def queues() -> str:
 @actions.post("/queues/<path:name>/<any(pause, resume):action>")
 def queue_change(name: str, action: str) -> Response:
     """Pause (with the form's reason, if any) or resume; back to the page it came from."""
-    actor = security.actor()
-    with common.database() as conn:
-        if action == "pause":
-            library.pause(name, reason=request.form.get("reason") or None, actor=actor, conn=conn)
-        else:
-            library.resume(name, actor=actor, conn=conn)
+    common.pause_or_resume(library, name, action)
     return redirect(_back())
 
 

@@ -3,7 +3,7 @@ last job, paused or orphaned; run now, pause, resume (:mod:`jobq.schedules`)."""
 
 from __future__ import annotations
 
-from flask import Response, redirect, request, url_for
+from flask import Response, redirect, url_for
 
 from jobq import schedules as library
 from web.dashboard import common, security
@@ -17,15 +17,15 @@ def schedules() -> str:
     return common.page("schedules.html", "Schedules", schedules=listed)
 
 
-@actions.post("/schedules/<name>/<any(run, pause, resume):action>")
-def schedule_change(name: str, action: str) -> Response:
-    actor = security.actor()
+@actions.post("/schedules/<name>/run")
+def schedule_run(name: str) -> Response:
+    """One job of the schedule now, outside its slots; its page."""
     with common.database() as conn:
-        if action == "run":
-            job = library.run(name, actor=actor, conn=conn)
-            return redirect(url_for("dashboard.job", job_id=job.id))
-        if action == "pause":
-            library.pause(name, reason=request.form.get("reason") or None, actor=actor, conn=conn)
-        else:
-            library.resume(name, actor=actor, conn=conn)
+        job = library.run(name, actor=security.actor(), conn=conn)
+    return redirect(url_for("dashboard.job", job_id=job.id))
+
+
+@actions.post("/schedules/<name>/<any(pause, resume):action>")
+def schedule_change(name: str, action: str) -> Response:
+    common.pause_or_resume(library, name, action)
     return redirect(url_for("dashboard.schedules"))
