@@ -191,3 +191,36 @@ def test_a_schedule_is_run_paused_and_resumed_from_its_page(make_app, conn):
     actions = [row[0] for row in conn.execute("SELECT action FROM jobq_audit ORDER BY id")]
     assert actions == ["schedule.run", "schedule.pause", "schedule.resume"]
     assert client.post("/dashboard/schedules/nope/run", data={"csrf": csrf}).status_code == 404
+
+
+HOSTILE_GETS = [
+    "/dashboard/jobs?queue=%00", "/dashboard/jobs?created_after=99999-01-01", "/dashboard/jobs?offset=" + "9" * 30,
+    "/dashboard/jobs?ids=" + "9" * 30, "/dashboard/jobs?ids=" + ",".join(["1"] * 1001), "/dashboard/jobs?error=" + "e" * 2000,
+    "/dashboard/jobs?tag=%ED%A0%80", "/dashboard/jobs/" + "9" * 30, "/dashboard/jobs/confirm?action=retry&selected=" + "9" * 30,
+    "/dashboard/jobs/confirm?action=cancel&all=1&queue=%00", "/dashboard?queue=%00", "/dashboard?queue=" + "q" * 300,
+    "/dashboard/dead-letter/groups/%00", "/dashboard/dead-letter/groups/0123456789abcdef/confirm?action=replay",
+    "/dashboard/operations/" + "9" * 30, "/dashboard/login?next=//evil.example",
+]
+HOSTILE_POSTS = [
+    ("/dashboard/queues/%00/pause", {}), ("/dashboard/queues/q/pause", {"reason": "r" * 5000}),
+    ("/dashboard/schedules/%00/run", {}), ("/dashboard/schedules/a%00b/pause", {}),
+    ("/dashboard/dead-letter/groups/%00/replay", {}), ("/dashboard/dead-letter/letters/replay", {"selected": ["9" * 30]}),
+    ("/dashboard/dead-letter/letters/discard", {"selected": [str(i) for i in range(1, 1003)]}),
+    ("/dashboard/jobs/bulk", {"action": "retry", "selected": ["9" * 30]}), ("/dashboard/jobs/bulk", {"action": "boom"}),
+    ("/dashboard/jobs/bulk", {"action": "retry", "all": "1"}), ("/dashboard/jobs/" + "9" * 30 + "/cancel", {}),
+    ("/dashboard/jobs/5/cancel", {}),
+]
+
+
+def test_hostile_input_gets_a_4xx_page_never_a_500(make_app, conn):
+    client = make_app().test_client()
+    for path in HOSTILE_GETS:
+        response = client.get(path)
+        assert response.status_code < 500, (path, response.status_code, response.data[:300])
+    assert client.get("/dashboard/login?next=//evil.example").headers.get("Location", "").startswith("/dashboard")
+    jobq.enqueue("noop", conn=conn)  # a queue, so that its page has a form
+    csrf = csrf_of(client.get("/dashboard/queues").data)
+    for path, form in HOSTILE_POSTS:
+        response = client.post(path, data={"csrf": csrf, **form})
+        assert 400 <= response.status_code < 500, (path, response.status_code, response.data[:300])
+    assert conn.execute("SELECT count(*) FROM jobq_operations").fetchone()[0] == 0

@@ -5,10 +5,12 @@ selected (:mod:`jobq.dead_letter`)."""
 
 from __future__ import annotations
 
+import re
+
 from flask import Response, redirect, request, url_for
 
 from jobq import dead_letter, operations
-from jobq.errors import InvalidArgument
+from jobq.errors import DeadLetterGroupNotFound, InvalidArgument
 from web.dashboard import common, security
 from web.dashboard.blueprints import actions, pages
 
@@ -25,6 +27,7 @@ def groups() -> str:
 
 @pages.get("/dead-letter/groups/<group_id>")
 def group(group_id: str) -> str:
+    _check(group_id)
     with common.database() as conn:
         found = dead_letter.group(group_id, conn=conn)
         letters = dead_letter.letters_of_group(group_id, limit=LETTERS_SHOWN, conn=conn)
@@ -39,6 +42,7 @@ def confirm_group(group_id: str) -> str:
     action = request.args.get("action", "")
     if action not in GROUP_ACTIONS:
         raise InvalidArgument("action", f"must be one of {', '.join(GROUP_ACTIONS)}")
+    _check(group_id)
     with common.database() as conn:
         found = dead_letter.group(group_id, conn=conn)
     return common.page(
@@ -48,6 +52,7 @@ def confirm_group(group_id: str) -> str:
 
 @actions.post("/dead-letter/groups/<group_id>/<any(replay, discard):action>")
 def act_on_group(group_id: str, action: str) -> Response:
+    _check(group_id)
     operation = operations.start_in_background(
         common.database_url(), action, actor=security.actor(), dead_letter_group=group_id
     )
@@ -68,3 +73,9 @@ def act_on_letters(action: str) -> Response:
             dead_letter.discard_many(ids, actor=actor, conn=conn)
     back = request.form.get("back", "")
     return redirect(back if back.startswith("/dashboard/") else url_for("dashboard.groups"))
+
+
+def _check(group_id: str) -> None:
+    """An id no group can have (16 hex digits) is not found, not sent."""
+    if not re.fullmatch(operations.GROUP_ID_PATTERN, group_id):
+        raise DeadLetterGroupNotFound(group_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from flask import Response, redirect, url_for
 
 from jobq import schedules as library
+from jobq.declarations import NAME
 from web.dashboard import common, security
 from web.dashboard.blueprints import actions, pages
 
@@ -20,6 +21,7 @@ def schedules() -> str:
 @actions.post("/schedules/<name>/run")
 def schedule_run(name: str) -> Response:
     """One job of the schedule now, outside its slots; its page."""
+    _check(name)
     with common.database() as conn:
         job = library.run(name, actor=security.actor(), conn=conn)
     return redirect(url_for("dashboard.job", job_id=job.id))
@@ -27,5 +29,12 @@ def schedule_run(name: str) -> Response:
 
 @actions.post("/schedules/<name>/<any(pause, resume):action>")
 def schedule_change(name: str, action: str) -> Response:
+    _check(name)
     common.pause_or_resume(library, name, action)
     return redirect(url_for("dashboard.schedules"))
+
+
+def _check(name: str) -> None:
+    """A name no schedule can have (jobq.periodic's names) is not found, not sent."""
+    if not NAME.fullmatch(name):
+        raise library.ScheduleNotFound(name)
