@@ -169,6 +169,32 @@ def test_all_matching_retries_2000_dead_jobs_through_the_confirmation(page: Brow
     assert page.console_errors() == []
 
 
+def test_dead_letters_are_replayed_when_selected_and_discarded_by_group(page: Browser, conn):
+    fill_dead(conn, 5)
+    group = scalar(conn, "SELECT id FROM jobq_dead_letter_groups")
+    page.open("/dashboard/dead-letter")
+    assert page.text(f"tr[data-group='{group}'] td.num") == "5"
+    page.find(f"tr[data-group='{group}'] td a").click()
+    boxes = page.find_all("#letter-rows input[name=selected]")
+    boxes[0].click()
+    boxes[1].click()
+    assert page.text("#selection-count") == "2 selected"
+    page.find("button[data-confirm-selected=Replay]").click()
+    alert = page.driver.switch_to.alert
+    assert alert.text == "Replay 2 selected?"
+    alert.accept()
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NOT NULL") == 2, 10,
+             "two letters replayed")
+    page.find("a.button.danger").click()  # discard the whole group: its confirmation first
+    wait_for(lambda: page.find_all("#matched"), 10, "the confirmation")
+    assert page.text("#matched") == "3"
+    page.find("#confirm").click()
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM dead_letter_jobs") == 2, 20, "the rest discarded")
+    actions = {row[0] for row in conn.execute("SELECT action FROM jobq_audit")}
+    assert {"dead_letter.replay", "bulk_discard"} <= actions
+    assert page.console_errors() == []
+
+
 def test_a_queue_paused_by_its_button_has_none_of_its_jobs_claimed(page: Browser, conn, daemon):
     daemon(2, JOBQ_HANDLERS=HANDLERS)
     first = jobq.enqueue("noop", conn=conn)
