@@ -65,15 +65,17 @@ class Browser:
         """The browser's console errors since the last call (a failed load included)."""
         return [entry for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
 
-    def screenshot(self, name: str, size: tuple[int, int] = WIDE) -> Path:
+    def screenshot(self, name: str, size: tuple[int, int] = WIDE) -> int:
+        """Save the page as it looks at ``size``; return how wide its content is then
+        (wider than the window: the page scrolls sideways)."""
         if size != WIDE:
             self.driver.set_window_size(*size)
             time.sleep(0.2)
-        path = self.screenshots / f"{name}.png"
-        self.driver.save_screenshot(str(path))
+        self.driver.save_screenshot(str(self.screenshots / f"{name}.png"))
+        width = self.script("return document.documentElement.scrollWidth")
         if size != WIDE:
             self.driver.set_window_size(*WIDE)
-        return path
+        return int(width)
 
     def quit(self) -> None:
         self.driver.quit()
