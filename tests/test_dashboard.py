@@ -79,14 +79,19 @@ def test_hidden_payloads_are_shown_nowhere(make_app, conn):
 def test_a_post_needs_the_session_csrf_token_and_an_own_origin(make_app, conn):
     jobq.enqueue("noop", queue="mail", conn=conn)
     client = make_app().test_client()
+    cookie = client.get("/dashboard/queues", headers={"X-Forwarded-Proto": "https"}).headers["Set-Cookie"]
+    assert "Secure" in cookie and "HttpOnly" in cookie and "Path=/dashboard" in cookie and "SameSite=Strict" in cookie
+    client = make_app().test_client()
     assert client.post("/dashboard/queues/mail/pause", data={"reason": "x"}).status_code == 403
     csrf = csrf_of(client.get("/dashboard/queues").data)  # sets the anonymous session's cookie
     other = client.post("/dashboard/queues/mail/pause", data={"csrf": csrf}, headers={"Origin": "https://evil.example"})
     assert other.status_code == 403
+    sandboxed = client.post("/dashboard/queues/mail/pause", data={"csrf": csrf}, headers={"Origin": "null"})
+    assert sandboxed.status_code == 403
     assert client.post("/dashboard/queues/mail/pause", data={"csrf": "0" * 32}).status_code == 403
     assert conn.execute("SELECT count(*) FROM jobq_queues").fetchone()[0] == 0
-    done = client.post("/dashboard/queues/mail/pause", data={"csrf": csrf, "reason": "incident"},
-                       headers={"Origin": "http://localhost"})
+    behind_tls_proxy = {"Origin": "https://localhost", "X-Forwarded-Proto": "https"}
+    done = client.post("/dashboard/queues/mail/pause", data={"csrf": csrf, "reason": "incident"}, headers=behind_tls_proxy)
     assert done.status_code == 302
     assert conn.execute("SELECT paused_by, reason FROM jobq_queues").fetchone() == ("dashboard:anonymous", "incident")
     assert conn.execute("SELECT actor FROM jobq_audit WHERE action = 'pause'").fetchone()[0] == "dashboard:anonymous"

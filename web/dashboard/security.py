@@ -72,14 +72,13 @@ def set_cookie_if_new(response: Response) -> Response:
 
 
 def check_origin() -> None:
-    """Refuse a POST sent by a page of another origin (the browser says which in ``Origin``)."""
+    """Refuse a POST sent by a page of another site: the browser names the page's origin
+    in ``Origin``, whose host must be the one the request was sent to (the scheme is not
+    compared: behind a proxy that ends TLS the app sees http for an https page)."""
     origin = request.headers.get("Origin")
-    if origin is not None and origin != "null":
-        own = urlsplit(request.host_url)
-        sent = urlsplit(origin)
-        if (sent.scheme, sent.netloc) != (own.scheme, own.netloc):
-            raise Forbidden("cross-site request refused")
-    elif origin == "null":
+    if origin is None:
+        return
+    if origin == "null" or urlsplit(origin).netloc != request.host:
         raise Forbidden("cross-site request refused")
 
 
@@ -180,5 +179,11 @@ def _set_cookie(response: Response, session: Session) -> None:
     value = serializer.dumps({"sid": session.id, "tok": _token_fingerprint(serializer.secret_key)})
     response.set_cookie(
         COOKIE, value, max_age=SESSION_MAX_AGE, path=PREFIX, httponly=True, samesite="Strict",
-        secure=request.is_secure,
+        secure=_over_https(),
     )
+
+
+def _over_https() -> bool:
+    """HTTPS to the app, or to the proxy in front of it (its X-Forwarded-Proto: a false
+    one could only make a browser keep the cookie for HTTPS, which harms nobody)."""
+    return request.is_secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
