@@ -229,16 +229,21 @@ def test_a_running_job_is_cancelled_from_its_page(page: Browser, conn, daemon):
 
 def test_a_job_enqueued_meanwhile_appears_and_reaches_done_without_a_reload(page: Browser, conn, daemon):
     daemon(1, JOBQ_HANDLERS=HANDLERS)
+    older = jobq.enqueue("noop", run_at="2099-01-01T00:00:00Z", conn=conn)
     page.open("/dashboard/jobs")
     page.script("window.localStorage.setItem('jobq.dashboard.refresh', '1')")
     page.open("/dashboard/jobs")
     assert Select(page.find("#refresh")).first_selected_option.get_attribute("value") == "1"
     page.script("window.notReloaded = true")
+    page.find(f"input[name=selected][value='{older.id}']").click()
     job = jobq.enqueue("slow", {"sleep_seconds": 1.5}, conn=conn)
     row = f"#job-rows tr[data-job='{job.id}'] .status"
     wait_for(lambda: page.find_all(row), 10, "the new job's row")
     wait_for(lambda: page.find_all(row) and page.text(row) == "done", 30, "the row saying done")
     assert page.script("return window.notReloaded") is True
+    kept = page.script(f"return document.querySelector(\"input[name=selected][value='{older.id}']\").checked")
+    assert kept is True  # the selection survived the refreshes
+    assert page.text("#selection-count") == "1 selected"
     assert page.console_errors() == []
 
 
