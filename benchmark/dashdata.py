@@ -20,8 +20,6 @@ with counter samples around that minute. Then times, on one connection:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from datetime import timedelta
 
 import psycopg
@@ -29,6 +27,7 @@ import psycopg
 import jobq
 from common import database, emit, environment, migrated, reset
 from jobq import keyset, queries, rollup
+from observe import timed
 from scale import CHUNK, FILL_FINISHED
 
 # --per-minute jobs done within the minute starting at %(minute)s, spread over it and
@@ -49,16 +48,6 @@ FILL_DAY = (
     "date_trunc('minute', now()) - interval '1 minute', interval '1 minute') AS m, "
     "unnest(%(queues)s::text[]) AS q ON CONFLICT DO NOTHING"
 )
-
-
-def timed(action, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(n):
-        started = time.perf_counter()
-        action()
-        times.append((time.perf_counter() - started) * 1000)
-    times.sort()
-    return {"median_ms": round(statistics.median(times), 2), "max_ms": round(times[-1], 2)}
 
 
 def main() -> None:
