@@ -12,22 +12,22 @@ with counter samples around that minute. Then times, on one connection:
   their percentiles, the samples, the insert), and a catch-up pass of 15 minutes;
 - ``rollup.series``: 15m, 1h and 24h windows, all queues and one, over a day of rows
   for every queue (1,440 minutes × (queues + 1) rows);
-- ``jobq.list_jobs``: a page of 50 at offset 900,000 (``--finished`` × 0.9), and the
-  page at the same depth through the cursor of the page before it.
+- ``jobq.list_jobs``: a page of 50 on top, at offset 900,000 (90 % of the rows), and at
+  the same depth by cursor; unfiltered, by status (its total from the counters) and by
+  type (its total counted).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from datetime import timedelta
 
 import psycopg
 
 import jobq
 from common import database, emit, environment, migrated, reset
-from jobq import queries, rollup
+from jobq import keyset, queries, rollup
+from observe import timed
 from scale import CHUNK, FILL_FINISHED
 
 # --per-minute jobs done within the minute starting at %(minute)s, spread over it and
@@ -48,16 +48,6 @@ FILL_DAY = (
     "date_trunc('minute', now()) - interval '1 minute', interval '1 minute') AS m, "
     "unnest(%(queues)s::text[]) AS q ON CONFLICT DO NOTHING"
 )
-
-
-def timed(action, n: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(n):
-        started = time.perf_counter()
-        action()
-        times.append((time.perf_counter() - started) * 1000)
-    times.sort()
-    return {"median_ms": round(statistics.median(times), 2), "max_ms": round(times[-1], 2)}
 
 
 def main() -> None:
@@ -105,6 +95,21 @@ def main() -> None:
                 "EXPLAIN (ANALYZE, BUFFERS) " + queries.JOB_FINISHED_BY_MINUTE,
                 {"start": minute, "end": minute + rollup.MINUTE}))
 
+            depth = int(rows * 0.9)
+            created_at, row_id = conn.execute(
+                "SELECT created_at, id FROM jobs ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1", (depth - 1,)
+            ).fetchone()
+            cursor = keyset.encode(created_at, row_id)
+            assert [j.id for j in jobq.list_jobs(limit=50, cursor=cursor, conn=conn).items] == [
+                j.id for j in jobq.list_jobs(limit=50, offset=depth, conn=conn).items]
+            pages = {
+                f"{name} {how}": timed(lambda a=arguments, k=criteria: jobq.list_jobs(limit=50, **a, **k, conn=conn),
+                                       args.rounds)
+                for name, criteria in (("all", {}), ("status=done", {"status": "done"}), ("type=noop", {"type": "noop"}))
+                for how, arguments in (("first page", {}), (f"offset={depth}", {"offset": depth}),
+                                       ("cursor at the same depth", {"cursor": cursor}))
+            }
+
             conn.execute("TRUNCATE jobq_minutes")
             conn.execute(FILL_DAY, {"queues": [f"q{i}" for i in range(args.queues)] + [rollup.ALL]})
             conn.execute("VACUUM ANALYZE jobq_minutes")
@@ -121,6 +126,7 @@ def main() -> None:
         "take_one_minute": take_minute,
         "take_catch_up_15_minutes": catch_up,
         "series": series,
+        "pages": pages,
         "finished_by_minute_plan": plan,
     }
     if args.json:
@@ -131,6 +137,8 @@ def main() -> None:
         print(f"rollup.take, 15 minutes      median {catch_up['median_ms']} ms, max {catch_up['max_ms']} ms")
         for name, figures in series.items():
             print(f"rollup.series {name:<16} median {figures['median_ms']} ms, max {figures['max_ms']} ms")
+        for name, figures in pages.items():
+            print(f"list_jobs {name:<40} median {figures['median_ms']} ms, max {figures['max_ms']} ms")
         print(plan)
 
 

@@ -134,6 +134,13 @@ JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
 # filter in {where}): a common tag's half a million rows are not all counted for a page.
 JOB_LIST_COUNT_UP_TO = "SELECT count(*) FROM (SELECT FROM jobs{where} LIMIT %(cap)s) AS capped"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+# JOB_LIST_AFTER: the keyset predicate of a page after a cursor (jobq.keyset): rows older
+# than the last one shown, in the listing's order. A row comparison on the trailing
+# (created_at, id) of jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx:
+# an index condition, so a page deep in a million rows reads about a page of rows.
+JOB_LIST_AFTER = "(created_at, id) < (%(after_created_at)s, %(after_id)s)"
+# JOB_GET_CREATED_AT: where a listing starting after one job (?before=<id>) starts (jobs_pkey).
+JOB_GET_CREATED_AT = "SELECT created_at FROM jobs WHERE id = %(id)s"
 # JOB_LIST_FEW: a page of a filter that JOB_LIST_COUNT_UP_TO found few rows for: all of
 # them first (MATERIALIZED: by the filter's own index, a rare tag's through
 # jobs_tags_idx, ids' through jobs_pkey), then sorted. Without the fence the planner

@@ -125,6 +125,8 @@ BAD_JOB_FILTERS = [
     "created_after=9999-12-31T23:59:59-05:00",
     "tag=" + "t" * 101, "tag=a%00", "ids=0", "ids=x", f"ids={2**63}", "ids=1&ids=-1", "created_before=soon",
     "created_before=0001-01-01T00:00:00+05:00", "error=%00", "error=" + "e" * 1001,
+    "cursor=", "cursor=%00", "cursor=bogus", "cursor=" + "c" * 300, "cursor=W10", "cursor=WyJ4IiwxXQ",
+    "before=0", "before=x", f"before={2**63}", "before=999999999", "before=1&offset=3", "before=1&cursor=WyJ4IiwxXQ",
 ]
 
 BAD_SCHEDULE_NAMES = ["%00", "a%20b", "x" * 101, "%27%20OR%201=1", "nightly%2F..", "%C3%A9t%C3%A9", "unknown"]

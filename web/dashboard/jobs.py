@@ -44,8 +44,9 @@ def read_filter(args: MultiDict[str, str]) -> dict[str, Any]:
 
 @pages.get("/jobs")
 def jobs() -> str:
-    offset = request.args.get("offset", "0")
-    offset_n = int(offset) if offset.isdigit() else 0
+    """One page of jobs, newest first; the next by keyset (``cursor``: the page's
+    ``next_cursor``), as cheap a million rows deep as on top."""
+    cursor = request.args.get("cursor") or None
     problem = None
     try:
         job_filter = read_filter(request.args)
@@ -53,7 +54,11 @@ def jobs() -> str:
         job_filter, problem = {}, str(exc)
     with common.database() as conn:
         tally = tallies.by_status(job_filter, conn=conn)
-        listing = jobq.list_jobs(**job_filter, limit=common.PAGE_SIZE, offset=offset_n, capped=True, conn=conn)
+        try:
+            listing = jobq.list_jobs(**job_filter, limit=common.PAGE_SIZE, cursor=cursor, capped=True, conn=conn)
+        except InvalidArgument as exc:  # a cursor that is not one: the first page
+            problem, cursor = str(exc), None
+            listing = jobq.list_jobs(**job_filter, limit=common.PAGE_SIZE, capped=True, conn=conn)
         known = jobq.counts(conn=conn)
     tabs = [s for s in STATUSES if s in TABS or tally.by_status.get(s)]
     # How many match: exact from the tally when it is (the counters, or a small count),
@@ -66,8 +71,7 @@ def jobs() -> str:
     return common.page(
         "jobs.html", "Jobs", listing=listing, tally=tally, tabs=tabs, job_filter=job_filter, problem=problem,
         count_note=_count_note(job_filter, tally), matching=matching, matching_exact=matching_exact,
-        queues=sorted(known.queues), types=sorted(known.types), actions=ACTIONS, offset=offset_n,
-        page_size=common.PAGE_SIZE,
+        queues=sorted(known.queues), types=sorted(known.types), actions=ACTIONS, cursor=cursor,
     )
 
 
