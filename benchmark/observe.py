@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import psycopg
@@ -27,6 +28,7 @@ import psycopg
 import jobq
 import stack
 from common import database, emit, environment, migrated, reset
+from jobq import keyset
 from jobq.inspection import snapshot
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE, Settings
 from scale import CHUNK, FILL_FINISHED
@@ -53,6 +55,7 @@ DASHBOARD_PAGES = {
     "jobs type (1 M rows)": "/dashboard/jobs?type=noop",
     "jobs error text": "/dashboard/jobs?error=always",
     "jobs created range": "/dashboard/jobs?created_after=2000-01-01T00:00:00",
+    "jobs 900,000 rows deep (cursor)": "/dashboard/jobs?cursor={deep}",
     "job": "/dashboard/jobs/1",
     "queues": "/dashboard/queues",
     "workers": "/dashboard/workers",
@@ -66,7 +69,12 @@ DASHBOARD_PAGES = {
 def dashboard_pages(url: str, conn: psycopg.Connection, fetches: int) -> dict[str, dict[str, float]]:
     """Each page's time over HTTP (median, max) and the statements one fetch sends."""
     group = conn.execute("SELECT id FROM jobq_dead_letter_groups ORDER BY count DESC LIMIT 1").fetchone()[0]
-    paths = {name: path.format(group=group) for name, path in DASHBOARD_PAGES.items()}
+    rows = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    deep_row = conn.execute(
+        "SELECT created_at, id FROM jobs ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1", (min(900_000, rows // 2),)
+    ).fetchone()
+    deep = urllib.parse.quote(keyset.encode(*deep_row))
+    paths = {name: path.format(group=group, deep=deep) for name, path in DASHBOARD_PAGES.items()}
     found = {name: {"statements": count} for name, count in statements_per_page(url, paths).items()}
     with stack.gunicorn(url) as web:
         for name, path in paths.items():

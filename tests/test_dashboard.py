@@ -229,3 +229,18 @@ def test_hostile_input_gets_a_4xx_page_never_a_500(make_app, conn):
         response = client.post(path, data={"csrf": csrf, **form})
         assert 400 <= response.status_code < 500, (path, response.status_code, response.data[:300])
     assert conn.execute("SELECT count(*) FROM jobq_operations").fetchone()[0] == 0
+
+
+def test_the_jobs_pages_go_older_by_cursor(make_app, conn):
+    jobq.enqueue_many([{"type": "noop", "payload": {"i": i}} for i in range(60)], conn=conn)
+    client = make_app().test_client()
+    first = client.get("/dashboard/jobs?type=noop").data.decode()
+    ids = [int(i) for i in re.findall(r'data-job="(\d+)"', first)]
+    assert ids == list(range(60, 10, -1))
+    older = re.search(r'href="([^"]+)" rel="next" id="older"', first).group(1).replace("&amp;", "&")
+    assert "cursor=" in older and "type=noop" in older
+    second = client.get(older).data.decode()
+    assert [int(i) for i in re.findall(r'data-job="(\d+)"', second)] == list(range(10, 0, -1))
+    assert 'id="older"' not in second and "Newest" in second
+    broken = client.get("/dashboard/jobs?cursor=not-a-cursor").data.decode()
+    assert 'role="alert"' in broken and len(re.findall(r'data-job="', broken)) == 50
