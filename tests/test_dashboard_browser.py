@@ -259,6 +259,7 @@ def test_with_a_token_the_dashboard_asks_for_it_once_and_the_api_stays_bearer_on
     driver = browser.driver
     driver.get(base + "/dashboard/queues")
     assert "/dashboard/login" in driver.current_url
+    assert browser.screenshot("login") > 0 and browser.console_errors() == []
     driver.find_element(By.ID, "token").send_keys("not the token")
     driver.find_element(By.CSS_SELECTOR, "form.login button").click()
     assert driver.find_element(By.CSS_SELECTOR, ".problem").text == "That is not the token."
