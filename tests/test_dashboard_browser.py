@@ -8,12 +8,10 @@ a token is set."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 import urllib.parse
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
