@@ -38,7 +38,8 @@ from __future__ import annotations
 JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
-    "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes"
+    "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes, "
+    "unique_while"
 )
 DEAD_LETTER_COLUMNS = (
     "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
@@ -48,14 +49,23 @@ DEAD_LETTER_COLUMNS = (
 # ---------------------------------------------------------------------------------------
 # Enqueue
 
-# JOB_INSERT: one row; ON CONFLICT leaves an existing idempotency key's job alone
-# (jobs_idempotency_key_idx) and returns nothing, so the caller reads that job instead.
+# KEY_HELD: a row holds its idempotency key now: while it exists ('always'), while
+# pending, claimed or running ('active'), while pending ('pending'). Spelt exactly as
+# jobs_key_held_idx's predicate (migration 0008), so that ON CONFLICT infers that one
+# index as its arbiter and a lookup of holders scans it.
+KEY_HELD = (
+    "idempotency_key IS NOT NULL AND (unique_while = 'always' OR status = 'pending' "
+    "OR (unique_while = 'active' AND status IN ('claimed', 'running')))"
+)
+_ON_KEY_HELD_DO_NOTHING = "ON CONFLICT (idempotency_key) WHERE " + KEY_HELD + " DO NOTHING "
+
+# JOB_INSERT: one row; ON CONFLICT leaves the job holding the key alone
+# (jobs_key_held_idx) and returns nothing, so the caller reads that job instead.
 JOB_INSERT = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags) "
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while) "
     "VALUES (%(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(max_retries)s, "
-    "coalesce(%(run_at)s, now()), %(idempotency_key)s, %(tags)s::text[]) "
-    "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
-    "RETURNING " + JOB_COLUMNS
+    "coalesce(%(run_at)s, now()), %(idempotency_key)s, %(tags)s::text[], %(unique_while)s) "
+    + _ON_KEY_HELD_DO_NOTHING + "RETURNING " + JOB_COLUMNS
 )
 
 # JOB_IDS_RESERVE: the transaction's timestamp (now(), what the column defaults use)
@@ -75,14 +85,13 @@ JOB_COPY_WITH_TAGS = "COPY jobs (id, type, queue, payload, priority, max_retries
 # Same idempotency rule as JOB_INSERT. Each job's tags travel as one array literal
 # (tag arrays differ in length, and a PostgreSQL array of arrays cannot).
 JOB_INSERT_MANY = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags) "
-    "SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, tags::text[] "
-    "FROM unnest(%(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
+    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while) "
+    "SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, tags::text[], "
+    "unique_while FROM unnest(%(types)s::text[], %(queues)s::text[], %(payloads)s::jsonb[], "
     "%(priorities)s::smallint[], %(max_retries)s::int[], %(run_ats)s::timestamptz[], "
-    "%(idempotency_keys)s::text[], %(tags)s::text[]) "
-    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags) "
-    "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
-    "RETURNING id, idempotency_key, run_at, created_at"
+    "%(idempotency_keys)s::text[], %(tags)s::text[], %(unique_whiles)s::text[]) "
+    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while) "
+    + _ON_KEY_HELD_DO_NOTHING + "RETURNING id, idempotency_key, run_at, created_at"
 )
 
 # JOB_INSERT_RESERVED: many rows without idempotency keys, under ids reserved for them
@@ -114,9 +123,10 @@ JOB_INSERT_RESERVED_IF_ABSENT = JOB_INSERT_RESERVED_ROWS + "ON CONFLICT (id) DO 
 # JOB_INSERT_RESERVED_IF_ABSENT stored.
 JOB_GET_BY_IDS = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = ANY(%(ids)s::bigint[])"
 
-# JOB_GET_BY_IDEMPOTENCY_KEYS: the jobs holding some keys (jobs_idempotency_key_idx).
-JOB_GET_BY_IDEMPOTENCY_KEYS = (
-    "SELECT " + JOB_COLUMNS + " FROM jobs WHERE idempotency_key = ANY(%(keys)s::text[])"
+# JOB_GET_KEY_HOLDERS: the jobs holding some keys now (jobs_key_held_idx); a key whose
+# job left its scope since the insert that met it has none.
+JOB_GET_KEY_HOLDERS = (
+    "SELECT " + JOB_COLUMNS + " FROM jobs WHERE idempotency_key = ANY(%(keys)s::text[]) AND " + KEY_HELD
 )
 
 # ---------------------------------------------------------------------------------------
@@ -292,6 +302,18 @@ JOB_COMPLETE_IF_LEASED = (
     "FROM o LEFT JOIN done ON done.id = o.id"
 )
 
+# The unlock of an outcome statement that may send a job back to pending: only once
+# every row of ``cte`` is written (the uncorrelated count runs the update to its end
+# before the first unlock). Such an update can fail on jobs_key_held_idx (a job whose
+# key was taken while it ran, by an inserter that had not committed yet, see migration
+# 0008): then no lock has been let go, and the writer can simply try again.
+def _unlock_after(cte: str) -> str:
+    return (
+        f"CASE WHEN o.locked AND (SELECT count(*) FROM {cte}) >= 0 "
+        "THEN pg_advisory_unlock(%(lock_base)s | o.id) END"
+    )
+
+
 # The failures a job's row recorded after its dead letter was written: a dead job put
 # back to pending by hand (SQL) that dies again adds them to its dead letter.
 _FAILURES_SINCE_DEATH = (
@@ -330,8 +352,7 @@ JOB_FAIL_IF_LEASED = (
     "died_at = now(), attempts = d.attempts + jsonb_array_length(" + _FAILURES_SINCE_DEATH + "), "
     "errors = d.errors || " + _FAILURES_SINCE_DEATH + " "
     "RETURNING original_id) "
-    "SELECT o.id, failed.status, failed.attempt, failed.run_at, "
-    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "SELECT o.id, failed.status, failed.attempt, failed.run_at, " + _unlock_after("failed") + " "
     "FROM o LEFT JOIN failed ON failed.id = o.id"
 )
 
@@ -344,8 +365,7 @@ JOB_RELEASE_IF_LEASED = (
     "released AS (UPDATE jobs AS j SET status = 'pending', started_at = NULL "
     "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
     "RETURNING j.id) "
-    "SELECT o.id, released.id IS NOT NULL, "
-    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "SELECT o.id, released.id IS NOT NULL, " + _unlock_after("released") + " "
     "FROM o LEFT JOIN released ON released.id = o.id"
 )
 
@@ -383,8 +403,7 @@ JOB_SNOOZE_IF_LEASED = (
     "snoozes = j.snoozes + 1, started_at = NULL, heartbeat_at = now() "
     "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
     "RETURNING j.id) "
-    "SELECT o.id, snoozed.id IS NOT NULL, "
-    "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
+    "SELECT o.id, snoozed.id IS NOT NULL, " + _unlock_after("snoozed") + " "
     "FROM o LEFT JOIN snoozed ON snoozed.id = o.id"
 )
 
@@ -772,15 +791,14 @@ SCHEDULE_LOCK_DUE = (
 
 # JOB_INSERT_SCHEDULED: one job per slot of schedule %(name)s, its spec read from the
 # schedule's row (locked by the caller), with the idempotency key 'cron:<name>:<slot>'
-# (jobs_idempotency_key_idx), so that a slot fired twice (two leaders during a failover)
-# makes one job. Returns the jobs inserted, oldest slot first.
+# (jobs_key_held_idx; held 'always'), so that a slot fired twice (two leaders during a
+# failover) makes one job. Returns the jobs inserted, oldest slot first.
 JOB_INSERT_SCHEDULED = (
     "INSERT INTO jobs (type, queue, payload, priority, max_retries, idempotency_key, schedule, scheduled_for) "
     "SELECT s.type, s.queue, s.payload, s.priority, s.max_retries, k.key, s.name, k.slot "
     "FROM jobq_schedules AS s, unnest(%(slots)s::timestamptz[], %(keys)s::text[]) AS k(slot, key) "
     "WHERE s.name = %(name)s ORDER BY k.slot "
-    "ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING "
-    "RETURNING id, scheduled_for"
+    + _ON_KEY_HELD_DO_NOTHING + "RETURNING id, scheduled_for"
 )
 
 # SCHEDULE_ADVANCE_IF_NEXT_RUN_AT: the next slot, and the latest fired, of a schedule

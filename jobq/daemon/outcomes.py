@@ -152,6 +152,11 @@ class Outcomes:
                     "job.succeeded id=%s type=%s queue=%s attempt=%s worker=%s duration=%.4fs",
                     job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.seconds,
                 )
+            elif fate.status == "cancelled":
+                log.info(
+                    "job.superseded id=%s type=%s queue=%s attempt=%s worker=%s: another job took its key",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id,
+                )
             elif fate.status == "pending":
                 log.info(
                     "job.retry_scheduled id=%s type=%s queue=%s attempt=%s worker=%s delay=%.1fs error=%s",
