@@ -326,11 +326,12 @@ class Worker:
         with self.session.lock:
             claimed = self.outcomes.write(self.session, also=claim) or []
             self.hand.hold(claimed)
-        for job in claimed:
-            log.info(
-                "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
-                job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
-            )
+        if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
+            for job in claimed:
+                log.debug(
+                    "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
+                    job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
+                )
         unlocked = [job for job in claimed if not job.locked]
         if unlocked:
             # Another session holds the job's lock: never run it here.
