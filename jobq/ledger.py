@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 from psycopg import sql
 from psycopg.rows import class_row
 
-from jobq import queries
+from jobq import keyset, queries
 from jobq.db import Connection, connection
 from jobq.errors import InvalidArgument, JobNotFound
 from jobq.filters import MAX_ID, parse_filter
@@ -37,6 +37,7 @@ class Page(Generic[Row]):
     limit: int
     offset: int
     total_exact: bool = True  # False: ``total`` is a lower bound (list_jobs' COUNT_LIMIT)
+    next_cursor: str | None = None  # list_jobs: the next page's cursor; None on the last page
 
 
 def get(job_id: int, *, conn: Connection | None = None) -> Job:
@@ -69,6 +70,8 @@ def list_jobs(
     created_before: datetime | None = None,
     error: str | None = None,
     schedule: str | None = None,
+    cursor: str | None = None,
+    before: int | None = None,
     conn: Connection | None = None,
 ) -> Page[Job]:
     """Jobs newest first (created_at, then id), filtered (:class:`jobq.filters.JobFilter`:
@@ -78,18 +81,29 @@ def list_jobs(
     UTC. ``status`` may be any of the seven statuses. ``error`` is a substring of the
     last error, any case. The total is exact for the seed's criteria (status, type,
     queue, created_after); with any other, it is counted up to COUNT_LIMIT past
-    ``offset`` and ``total_exact`` says whether it stopped there. Raises
-    :class:`InvalidArgument` naming a bad filter, limit (1-500) or offset (>= 0).
+    ``offset`` and ``total_exact`` says whether it stopped there.
+
+    Pages follow one another by ``offset``, or by keyset: ``cursor`` (a page's
+    ``next_cursor``, opaque) starts after the last row of that page, ``before`` (a job
+    id) after that job, and the page is read along the listing's index from there, as
+    cheap a million rows deep as on top. The page's ``next_cursor`` is None on the last
+    page. Rows added meanwhile are newer, so a walk by cursor sees each row that still
+    matches once; its total is the whole filter's, as on the first page.
+
+    Raises :class:`InvalidArgument` naming a bad filter, limit (1-500), offset (>= 0,
+    and 0 with a cursor), cursor, or ``before`` (an absent job; with a cursor).
     """
     job_filter = parse_filter(
         {"status": status, "type": type, "queue": queue, "tag": tag, "ids": ids,
          "created_after": created_after, "created_before": created_before, "error": error, "schedule": schedule}
     )
     check_page(limit, offset)
+    after = _start_after(cursor, before, offset)
     where, params = job_filter.where(), job_filter.params()
-    exact = True
-    query = sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
+    exact, few = True, False
     with connection(conn) as c:
+        if after is None and before is not None:
+            after = (_created_at_of(c, before), before)
         if set(job_filter.given()) <= {"status", "queue"}:
             # The total is exact from the counters; it also bounds the scan: a page never
             # asks for more rows than exist (a rare status stops as soon as all are found,
@@ -105,13 +119,49 @@ def list_jobs(
             total = c.execute(counted, {**params, "cap": cap + 1}).fetchone()[0]  # type: ignore[index]
             exact, total = total <= cap, min(total, cap)
             wanted = max(0, min(limit, total - offset)) if exact else limit
-            if exact:  # few rows match: take them by the filter's index, then sort (JOB_LIST_FEW)
-                query = sql.SQL(queries.JOB_LIST_FEW).format(where=where)
+            few = exact  # few rows match: take them by the filter's index, then sort (JOB_LIST_FEW)
+        if after is not None:
+            # One row more than the page shows tells whether another page follows.
+            wanted = limit + 1 if total else 0
+            conditions = [job_filter.conditions()] if job_filter.given() else []
+            where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join([*conditions, sql.SQL(queries.JOB_LIST_AFTER)])
+            params = {**params, "after_created_at": after[0], "after_id": after[1]}
+        query = (
+            sql.SQL(queries.JOB_LIST_FEW).format(where=where) if few
+            else sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
+        )
         items: list[Job] = []
         if wanted:
             with c.cursor(row_factory=class_row(Job)) as cur:
                 items = cur.execute(query, {**params, "limit": wanted, "offset": offset}).fetchall()
-    return Page(items, int(total), limit, offset, exact)
+    if after is not None:
+        more, items = len(items) > limit, items[:limit]
+    else:
+        more = offset + len(items) < total if exact else len(items) == limit
+    next_cursor = keyset.encode(items[-1].created_at, items[-1].id) if more and items else None
+    return Page(items, int(total), limit, offset, exact, next_cursor)
+
+
+def _start_after(cursor: str | None, before: int | None, offset: int) -> tuple[datetime, int] | None:
+    """Where a keyset page starts: the cursor's row (None for ``before``, looked up later,
+    or for a page by offset). Raises InvalidArgument for a bad combination."""
+    if cursor is None and before is None:
+        return None
+    if cursor is not None and before is not None:
+        raise InvalidArgument("before", "give cursor or before, not both")
+    if offset:
+        raise InvalidArgument("offset", "must be 0 with cursor or before (they say where the page starts)")
+    if before is not None:
+        check_id(before, "before")
+        return None
+    return keyset.decode(cursor)
+
+
+def _created_at_of(conn: Connection, job_id: int) -> datetime:
+    row = conn.execute(queries.JOB_GET_CREATED_AT, {"id": job_id}).fetchone()
+    if row is None:
+        raise InvalidArgument("before", f"no job {job_id}: start after a job that exists")
+    return row[0]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

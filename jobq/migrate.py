@@ -6,6 +6,11 @@ transaction, under a reserved advisory lock, and records them in
 nothing. It refuses a database whose schema is newer than this code. Running
 processes only call :func:`check_schema`, which accepts any schema at least as new
 as the code needs (migrations only add), so a rolling deploy can migrate first.
+
+Numbers may have gaps (a number reserved for a change developed in parallel): what
+the database has seen is the set of versions recorded, not the highest one, so a file
+whose number is below one already applied is still applied when it arrives, and a
+database without it is too old for the code that ships it.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ def available() -> list[Migration]:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"migration files must be numbered 1..n without gaps, found {versions}")
+    if not versions or versions[0] != 1 or len(set(versions)) != len(versions):
+        raise RuntimeError(f"migration files must be numbered from 1, each number once, found {versions}")
     return found
 
 
@@ -68,14 +73,23 @@ def applied_version(conn: Connection) -> int:
     return int(conn.execute(queries.MIGRATION_VERSION_GET).fetchone()[0])  # type: ignore[index]
 
 
+def applied_versions(conn: Connection) -> set[int]:
+    """Every migration recorded in the database (none for an empty database)."""
+    (exists,) = conn.execute(queries.MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    if not exists:
+        return set()
+    return {int(version) for (version,) in conn.execute(queries.MIGRATION_LIST_VERSIONS)}
+
+
 def check_schema(conn: Connection) -> int:
     """Raise :class:`SchemaTooOld` unless the database has at least the schema this code
-    needs; return the applied version (newer is fine)."""
-    applied = applied_version(conn)
+    needs (every migration it ships); return the applied version (newer is fine)."""
+    applied = applied_versions(conn)
     needed = required_version()
-    if applied < needed:
-        raise SchemaTooOld(applied, needed)
-    return applied
+    missing = [m.version for m in available() if m.version not in applied]
+    if missing:
+        raise SchemaTooOld(min(missing) - 1, needed)  # complete up to the first one missing
+    return max(applied)
 
 
 def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
@@ -91,11 +105,11 @@ def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
     conn.execute(queries.MIGRATION_LOCK, {"key": key})
     try:
         conn.execute(MIGRATIONS_TABLE_CREATE)
-        applied = applied_version(conn)
-        if applied > known[-1].version:
-            raise SchemaTooNew(applied, known[-1].version)
+        applied = applied_versions(conn)
+        if max(applied, default=0) > known[-1].version:
+            raise SchemaTooNew(max(applied), known[-1].version)
         done = []
-        for migration in known[applied:]:
+        for migration in (m for m in known if m.version not in applied):
             with conn.transaction():
                 conn.execute(migration.sql)
                 conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})

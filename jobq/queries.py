@@ -22,7 +22,7 @@ with ``psycopg.sql``. The advisory key of job ``id`` is ``%(lock_base)s | id`` w
 
 Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
 :mod:`jobq.control`, :mod:`jobq.operations`, :mod:`jobq.audit`, :mod:`jobq.dead_letter`,
-:mod:`jobq.claims`, :mod:`jobq.retention`, :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`,
+:mod:`jobq.claims`, :mod:`jobq.retention`, :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.rollup`,
 :mod:`jobq.inspection`, :mod:`jobq.queues`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the
 ping) and the daemon's
 (:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
@@ -148,6 +148,13 @@ JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
 # filter in {where}): a common tag's half a million rows are not all counted for a page.
 JOB_LIST_COUNT_UP_TO = "SELECT count(*) FROM (SELECT FROM jobs{where} LIMIT %(cap)s) AS capped"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+# JOB_LIST_AFTER: the keyset predicate of a page after a cursor (jobq.keyset): rows older
+# than the last one shown, in the listing's order. A row comparison on the trailing
+# (created_at, id) of jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx:
+# an index condition, so a page deep in a million rows reads about a page of rows.
+JOB_LIST_AFTER = "(created_at, id) < (%(after_created_at)s, %(after_id)s)"
+# JOB_GET_CREATED_AT: where a listing starting after one job (?before=<id>) starts (jobs_pkey).
+JOB_GET_CREATED_AT = "SELECT created_at FROM jobs WHERE id = %(id)s"
 # JOB_LIST_FEW: a page of a filter that JOB_LIST_COUNT_UP_TO found few rows for: all of
 # them first (MATERIALIZED: by the filter's own index, a rare tag's through
 # jobs_tags_idx, ids' through jobs_pkey), then sorted. Without the fence the planner
@@ -634,6 +641,71 @@ DEAD_LETTER_COUNT_WAITING_BY_QUEUE = (
 )
 
 # ---------------------------------------------------------------------------------------
+# The per-minute rollup (jobq.rollup; table jobq_minutes, schema 9)
+
+# MINUTE_GET_LAST: the newest minute rolled up (its '' row is written with every minute:
+# one probe of the primary key, backwards).
+MINUTE_GET_LAST = "SELECT max(minute) FROM jobq_minutes WHERE queue = ''"
+
+# JOB_FINISHED_BY_MINUTE: what finished in [%(start)s, %(end)s) per whole minute (UTC),
+# per queue and for all queues together (queue ''): jobs done, dead and cancelled, and
+# the p50/p95/p99 of run time (started -> completed) and start latency (run_at ->
+# started) of the jobs done. One range of jobs_completed_idx: the minutes' rows only,
+# whatever the size of the table.
+JOB_FINISHED_BY_MINUTE = (
+    "SELECT date_trunc('minute', completed_at, 'UTC') AS minute, "
+    "CASE WHEN GROUPING(queue) = 1 THEN '' ELSE queue END, "
+    "count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'dead'), "
+    "count(*) FILTER (WHERE status = 'cancelled'), "
+    "percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
+    "(ORDER BY greatest(extract(epoch FROM completed_at - started_at), 0)::float8) FILTER (WHERE status = 'done'), "
+    "percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP "
+    "(ORDER BY greatest(extract(epoch FROM started_at - run_at), 0)::float8) FILTER (WHERE status = 'done') "
+    "FROM jobs WHERE completed_at >= %(start)s AND completed_at < %(end)s "
+    "AND status IN ('done', 'dead', 'cancelled') "
+    "GROUP BY GROUPING SETS ((date_trunc('minute', completed_at, 'UTC'), queue), "
+    "(date_trunc('minute', completed_at, 'UTC')))"
+)
+
+# COUNTER_SAMPLE_FAILED_BY_MINUTE: failed runs per minute and queue: failed_runs_total
+# at the minute's newest sample minus at the newest sample before the minute (a minute
+# without a sample, or without one before it, has none). Probes of the samples'
+# primary key (at, ...): a quarter of an hour of samples at most.
+COUNTER_SAMPLE_FAILED_BY_MINUTE = (
+    "SELECT m.minute, s.queue, greatest(coalesce(sum(s.n) FILTER (WHERE s.at = cur.at), 0) "
+    "- coalesce(sum(s.n) FILTER (WHERE s.at = prev.at), 0), 0)::bigint "
+    "FROM unnest(%(minutes)s::timestamptz[]) AS m(minute) "
+    "CROSS JOIN LATERAL (SELECT max(at) AS at FROM job_counter_samples "
+    "WHERE at >= m.minute AND at < m.minute + interval '1 minute') AS cur "
+    "CROSS JOIN LATERAL (SELECT max(at) AS at FROM job_counter_samples WHERE at < m.minute) AS prev "
+    "JOIN job_counter_samples AS s ON s.at IN (cur.at, prev.at) AND s.name = 'failed_runs_total' "
+    "GROUP BY m.minute, s.queue"
+)
+
+# MINUTE_INSERT_IF_ABSENT: the rows of some minutes, from parallel arrays; a (queue,
+# minute) already written (another leader, a restart) is left as it is (primary key).
+MINUTE_INSERT_IF_ABSENT = (
+    "INSERT INTO jobq_minutes (minute, queue, completed, failed, dead, cancelled, pending, running, "
+    "run_p50, run_p95, run_p99, latency_p50, latency_p95, latency_p99) "
+    "SELECT * FROM unnest(%(minutes)s::timestamptz[], %(queues)s::text[], %(completed)s::bigint[], "
+    "%(failed)s::bigint[], %(dead)s::bigint[], %(cancelled)s::bigint[], %(pending)s::bigint[], "
+    "%(running)s::bigint[], %(run_p50)s::float8[], %(run_p95)s::float8[], %(run_p99)s::float8[], "
+    "%(latency_p50)s::float8[], %(latency_p95)s::float8[], %(latency_p99)s::float8[]) "
+    "ON CONFLICT (queue, minute) DO NOTHING"
+)
+
+# MINUTE_DELETE_BEFORE: rows older than the retention (a seq scan of a small table).
+MINUTE_DELETE_BEFORE = "DELETE FROM jobq_minutes WHERE minute < %(before)s"
+
+# MINUTE_LIST_OF_QUEUE: one queue's minutes ('' for all queues) in [%(first)s,
+# %(last)s], oldest first (one range of the primary key).
+MINUTE_LIST_OF_QUEUE = (
+    "SELECT minute, completed, failed, dead, cancelled, pending, running, run_p50, run_p95, run_p99, "
+    "latency_p50, latency_p95, latency_p99 FROM jobq_minutes "
+    "WHERE queue = %(queue)s AND minute >= %(first)s AND minute <= %(last)s ORDER BY minute"
+)
+
+# ---------------------------------------------------------------------------------------
 # Migrations (jobq.migrate; the DDL itself is in jobq/migrations/NNNN_name.sql)
 
 # MIGRATION_LOCK: the session-level advisory lock on the reserved key locks.MIGRATIONS
@@ -650,6 +722,9 @@ MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('jobq_migrations') IS NOT NULL"
 # MIGRATION_VERSION_GET: the newest recorded version (max of the primary key, a table
 # of a few rows; no lock).
 MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
+
+# MIGRATION_LIST_VERSIONS: every version recorded (numbers may have gaps: jobq.migrate).
+MIGRATION_LIST_VERSIONS = "SELECT version FROM jobq_migrations"
 
 # MIGRATION_RECORD: one file applied, in the same transaction as its DDL; run under
 # MIGRATION_LOCK, and the primary key on version refuses a second record of a file.

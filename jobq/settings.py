@@ -50,6 +50,10 @@ DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_AUDIT_RETENTION = 90 * 24 * 3600.0
+# The per-minute rollup (jobq.rollup) is kept this long: the dashboard's longest window
+# is a day, and a second day lets it show yesterday's same hour.
+DEFAULT_ROLLUP_RETENTION = 2 * 24 * 3600.0
+MIN_ROLLUP_RETENTION = 24 * 3600.0
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # A statement of the API's that runs longer (a lock it waits for, a stuck server) is
 # cancelled and the request answers 503: well under Gunicorn's 30 s, far above what a
@@ -101,6 +105,7 @@ class Settings(BaseModel):
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION
     audit_retention: NonNegativeSeconds = DEFAULT_AUDIT_RETENTION  # 0: keep the audit trail for ever
+    rollup_retention: float = Field(DEFAULT_ROLLUP_RETENTION, ge=MIN_ROLLUP_RETENTION, allow_inf_nan=False)
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -35,7 +35,7 @@ TEST_SERVER_SETTINGS = {
 # their letters.
 TABLES = (
     "jobs", "dead_letter_jobs", "job_counters", "job_counter_samples", "workers", "jobq_queues",
-    "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules",
+    "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules", "jobq_minutes",
 )
 TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
 

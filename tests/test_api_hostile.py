@@ -125,6 +125,8 @@ BAD_JOB_FILTERS = [
     "created_after=9999-12-31T23:59:59-05:00",
     "tag=" + "t" * 101, "tag=a%00", "ids=0", "ids=x", f"ids={2**63}", "ids=1&ids=-1", "created_before=soon",
     "created_before=0001-01-01T00:00:00+05:00", "error=%00", "error=" + "e" * 1001,
+    "cursor=", "cursor=%00", "cursor=bogus", "cursor=" + "c" * 300, "cursor=W10", "cursor=WyJ4IiwxXQ",
+    "before=0", "before=x", f"before={2**63}", "before=999999999", "before=1&offset=3", "before=1&cursor=WyJ4IiwxXQ",
 ]
 
 BAD_SCHEDULE_NAMES = ["%00", "a%20b", "x" * 101, "%27%20OR%201=1", "nightly%2F..", "%C3%A9t%C3%A9", "unknown"]
@@ -155,6 +157,9 @@ CASES: list[tuple[str, str, dict[str, Any]]] = (
        for method, suffix in (("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("POST", "/run"))]
     + [("POST", f"/schedules/nightly/pause?{query}", {}) for query in ("reason=%00", "reason=" + "r" * 501)]
     + [(method, "/schedules", {}) for method in ("POST", "DELETE")]
+    + [("GET", f"/stats?{query}", {}) for query in
+       ("window=1d", "window=", "window=%00", "window=" + "w" * 10_000, "queue=", "queue=a%00", "queue=" + "q" * 101)]
+    + [(method, "/stats", {}) for method in ("POST", "DELETE")]
 )
 CASE_IDS = [f"{method} {path[:60]} {i}" for i, (method, path, _) in enumerate(CASES)]
 

@@ -52,7 +52,7 @@ def test_every_route_is_documented_with_its_errors(client):
         "/queues/{name}/resume", "/metrics", "/metrics/prometheus", "/health", "/ready",
         "/schedules", "/schedules/{name}", "/schedules/{name}/pause", "/schedules/{name}/resume", "/schedules/{name}/run",
         "/jobs/{job_id}/retry", "/jobs/{job_id}/run-now", "/jobs/bulk", "/operations/{operation_id}",
-        "/dead-letter/groups/{group_id}/replay", "/dead-letter/groups/{group_id}/discard", "/audit",
+        "/dead-letter/groups/{group_id}/replay", "/dead-letter/groups/{group_id}/discard", "/audit", "/stats",
     }
     for path, operations in paths.items():
         for method, operation in operations.items():

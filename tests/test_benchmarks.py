@@ -74,3 +74,12 @@ def test_observe_benchmark_times_scrapes_and_inspect():
     assert report["rows"] == 5000 + 10000 + 1000
     assert report["metrics_json"]["median_ms"] > 0 and report["metrics_prometheus"]["median_ms"] > 0
     assert report["inspect_command"]["median_ms"] > 0 and report["inspect_snapshot"]["median_ms"] > 0
+
+
+def test_dashdata_benchmark_times_the_rollup_the_series_and_deep_pages():
+    report = run("dashdata.py", "--finished", "5000", "--per-minute", "300", "--queues", "2", "--rounds", "1")
+    assert report["done_in_the_minute"] >= 300
+    assert report["take_one_minute"]["median_ms"] > 0 and set(report["series"]) == {
+        f"{window} {scope}" for window in ("15m", "1h", "24h") for scope in ("all", "one queue")}
+    assert "jobs_completed_idx" in report["finished_by_minute_plan"]
+    assert len(report["pages"]) == 9 and all(figures["median_ms"] > 0 for figures in report["pages"].values())

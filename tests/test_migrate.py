@@ -6,7 +6,8 @@ import pytest
 from psycopg import conninfo, sql
 
 from jobq.errors import SchemaTooNew, SchemaTooOld
-from jobq.migrate import applied_version, check_schema, migrate, required_version
+from jobq import migrate as migrate_module
+from jobq.migrate import Migration, applied_version, available, check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import run_cli
 
@@ -28,7 +29,7 @@ def test_second_migrate_is_a_no_op(empty_database):
     with psycopg.connect(empty_database, autocommit=True) as conn:
         first = migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
         second = migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-        assert [m.version for m in first] == list(range(1, required_version() + 1))
+        assert [m.version for m in first] == [m.version for m in available()]
         assert second == []
         assert applied_version(conn) == required_version()
 
@@ -51,10 +52,10 @@ def test_two_concurrent_migrations_apply_each_file_once(empty_database):
     for thread in threads:
         thread.join()
     assert errors == []
-    assert sorted(len(r) for r in results) == [0, 0, 0, required_version()]
+    assert sorted(len(r) for r in results) == [0, 0, 0, len(available())]
     with psycopg.connect(empty_database) as conn:
         versions = [v for (v,) in conn.execute("SELECT version FROM jobq_migrations ORDER BY version")]
-    assert versions == list(range(1, required_version() + 1))
+    assert versions == [m.version for m in available()]
 
 
 def test_migrate_refuses_a_schema_newer_than_the_code(empty_database):
@@ -65,6 +66,24 @@ def test_migrate_refuses_a_schema_newer_than_the_code(empty_database):
             migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
         # running processes accept a newer schema
         assert check_schema(conn) == 9999
+
+
+def test_a_file_numbered_below_one_applied_is_applied_when_it_arrives(empty_database, monkeypatch):
+    # A number reserved for a change developed in parallel: its file lands after a higher one ran.
+    shipped = available()
+    top = shipped[-1].version
+    later = Migration(top + 2, "later", "CREATE TABLE jobq_test_later ()")
+    reserved = Migration(top + 1, "reserved", "CREATE TABLE jobq_test_reserved ()")
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        monkeypatch.setattr(migrate_module, "available", lambda: shipped + [later])
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        monkeypatch.setattr(migrate_module, "available", lambda: shipped + [reserved, later])
+        with pytest.raises(SchemaTooOld) as refused:  # the code that ships it needs it
+            check_schema(conn)
+        assert refused.value.applied == top
+        assert [m.name for m in migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)] == ["reserved"]
+        assert check_schema(conn) == top + 2
+        assert conn.execute("SELECT to_regclass('jobq_test_reserved') IS NOT NULL").fetchone()[0]
 
 
 def test_running_processes_refuse_a_schema_older_than_they_need(empty_database):

@@ -24,6 +24,7 @@ from web.metrics import metrics
 from web.operations import bulk, operations
 from web.queues import queues
 from web.schedules import schedules
+from web.stats import stats
 from web.blueprints import BEARER_SCHEME
 from web.schemas import Error, ValidationFailure
 
@@ -54,7 +55,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
     context.attach(app, settings)
     if settings.api_token:
         app.before_request(auth.bearer_guard(settings.api_token, OPEN_ENDPOINTS))
-    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, health):
+    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, stats, health):
         app.register_api(blueprint)
     app.register_blueprint(docs)
     errors.register(app)

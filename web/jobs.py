@@ -70,10 +70,11 @@ def get_job(path: JobPath) -> dict:
 
 @jobs.get("/jobs", responses={200: JobPage, 400: Error})
 def list_jobs(query: JobListQuery) -> dict:
-    """Jobs, newest first (id breaks ties), filtered and paginated."""
+    """Jobs, newest first (id breaks ties), filtered and paginated: by offset, or by
+    cursor (each page's next_cursor; before= starts after a given job)."""
     with api().database.connection() as conn:
         page = jobq.list_jobs(**query.model_dump(), conn=conn)
-    return jsonio.page_dict(page)
+    return jsonio.page_dict(page, cursors=True)
 
 
 @jobs.delete("/jobs/<int:job_id>", responses={204: None, 400: Error, 404: Error, 409: Error})

@@ -73,11 +73,14 @@ def require_json_body() -> None:
 _OBJECT = TypeAdapter(dict[str, Any])
 
 
-def page_dict(page: Page[Any]) -> dict[str, Any]:
-    """A page of rows as the API shows it: ``{items, total, limit, offset}``, and
-    ``"total_exact": false`` when the total is only a lower bound."""
+def page_dict(page: Page[Any], *, cursors: bool = False) -> dict[str, Any]:
+    """A page of rows as the API shows it: ``{items, total, limit, offset}``, with
+    ``next_cursor`` (null on the last page) for a listing that pages by cursor too
+    (``cursors``), and ``"total_exact": false`` when the total is only a lower bound."""
     items = [row.to_dict() for row in page.items]
     shown = {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
+    if cursors:
+        shown["next_cursor"] = page.next_cursor
     if not page.total_exact:
         shown["total_exact"] = False
     return shown

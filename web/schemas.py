@@ -19,6 +19,7 @@ from jobq.audit import DEFAULT_LIMIT as AUDIT_DEFAULT_LIMIT
 from jobq.errors import InvalidArgument
 from jobq.filters import MAX_IDS, JobFilter
 from jobq.job import DeadLetter, Job
+from jobq.keyset import MAX_CURSOR_LENGTH
 from jobq.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
 from jobq.metrics import Metrics
 from jobq.operations import GROUP_ID_PATTERN, JOB_ACTIONS, check_job_action
@@ -99,6 +100,12 @@ class JobListQuery(PageQuery, JobFilter):
     ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Field(
         None, min_length=1, max_length=MAX_IDS, description=f"At most {MAX_IDS} ids: ?ids=3&ids=7."
     )
+    cursor: Annotated[StrictStr, Field(min_length=1, max_length=MAX_CURSOR_LENGTH)] | None = Field(
+        None, description="The next page: a page's next_cursor, as it came (offset must then be 0)."
+    )
+    before: int | None = Field(
+        None, ge=1, le=MAX_ID, description="Start after (older than) this job, newest first (offset must then be 0)."
+    )
 
 
 class DeadLetterListQuery(PageQuery):
@@ -156,6 +163,8 @@ JobPage = create_model(
     total_exact=(Literal[False] | None, Field(None, description=(
         "false when total is a lower bound: with tag, ids, created_before or error, it is counted "
         "10,000 rows past the offset at most"))),
+    next_cursor=(str | None, Field(None, description=(
+        "Pass as cursor= for the next page (read by keyset, as cheap deep down as on top); null on the last page."))),
 )
 DeadLetterPage = _page_of(DeadLetterOut, "DeadLetterPage")
 

@@ -10,8 +10,9 @@ Cluster-wide work, only while it holds the leader lock (several hosts may run
 its own interval: the samples of the counters that trailing-window metrics are
 computed from, the stale reaper, the removal of dead workers' rows, retention
 (JOBQ_RETENTION), carrying on the bulk operations whose runner went away
-(:func:`jobq.operations.resume_stalled`), and the audit trail's retention
-(JOBQ_AUDIT_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
+(:func:`jobq.operations.resume_stalled`), the audit trail's retention
+(JOBQ_AUDIT_RETENTION), and the per-minute rollup of the dashboard's charts
+(:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
 only when it changed something.
 
 The leader also fires periodic jobs, on their slots rather than on an interval
@@ -27,11 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
 import psycopg
 
-from jobq import audit, claims, db, locks, metrics_samples, operations, queries, retention
+from jobq import audit, claims, db, locks, metrics_samples, operations, queries, retention, rollup
 from jobq.daemon import presence, reaper, reports
 from jobq.daemon.listener import CONTROL_CHANNEL, Listener
 from jobq.daemon.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
@@ -103,6 +105,10 @@ class Maintenance:
         )
         if settings.audit_retention > 0:
             self.duties.append(Duty("audit_retention", every, lambda conn: audit.prune(conn, settings.audit_retention)))
+        # After "sample": a minute's failed runs come from its samples.
+        self.duties.append(Duty("rollup", SAMPLE_INTERVAL, rollup.take))
+        keep = timedelta(seconds=settings.rollup_retention)
+        self.duties.append(Duty("rollup_retention", every, lambda conn: rollup.prune(conn, keep)))
         # Periodic jobs: the leader fires them on their slots, not on an interval.
         self.schedules = ScheduleClock(settings)
 

@@ -1,0 +1,168 @@
+"""Keyset pages of the job listing (GET /jobs?cursor=, before=; jobq.list_jobs): every
+job once along a walk while jobs are added, the last page said, bad cursors refused
+naming the field, and the page query reading about a page of rows deep in the table."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+import jobq
+from api_support import assert_error
+from jobq import keyset, queries
+from jobq.errors import InvalidArgument
+
+pytestmark = pytest.mark.dashboard
+
+
+def seed(conn) -> list[int]:
+    """Jobs in three statements (a statement's rows share created_at: ids break the ties),
+    of two types and queues, some tagged; their ids newest first."""
+    for n in (40, 25, 35):
+        jobq.enqueue_many(
+            [{"type": "x" if i % 3 else "y", "queue": "a" if i % 2 else "b", "tags": ["t"] if i % 5 == 0 else []}
+             for i in range(n)],
+            conn=conn,
+        )
+    return [row[0] for row in conn.execute("SELECT id FROM jobs ORDER BY created_at DESC, id DESC")]
+
+
+def walk(limit: int, *, between=lambda: None, **criteria) -> list[int]:
+    """Every page by cursor, calling ``between`` after each."""
+    seen, cursor = [], None
+    while True:
+        page = jobq.list_jobs(limit=limit, cursor=cursor, **criteria)
+        seen += [job.id for job in page.items]
+        assert len(page.items) <= limit and len(seen) <= 1000, "the walk does not end"
+        between()
+        if page.next_cursor is None:
+            return seen
+        assert len(page.items) == limit  # only a full page has a next one
+        cursor = page.next_cursor
+
+
+@pytest.mark.parametrize(
+    "criteria",
+    [{}, {"queue": "a"}, {"status": "pending"}, {"type": "x"}, {"type": "y", "queue": "b"}, {"tag": "t"},
+     {"tag": "t", "queue": "a"}, {"error": "nothing like it"}],
+    ids=lambda c: ",".join(c) or "none",
+)
+def test_a_walk_by_cursor_sees_each_matching_job_once_while_jobs_are_added(conn, criteria):
+    seed(conn)
+    for limit in (1, 7, 10):
+        expected = [job.id for job in jobq.list_jobs(limit=500, **criteria).items]
+        assert len(expected) < 500 and (expected or "error" in criteria)
+        added: list[int] = []
+
+        def add() -> None:  # newer than every page already read: never in this walk
+            if len(added) < 20:
+                added.append(jobq.enqueue("x", queue="a", tags=["t"], conn=conn).id)
+                added.append(jobq.enqueue("y", queue="b", conn=conn).id)
+
+        seen = walk(limit, between=add, **criteria)
+        assert seen == expected  # each once, in order
+        assert added and set(added).isdisjoint(seen)
+
+
+def test_a_full_last_page_has_no_next_cursor_and_an_offset_page_has_one_when_more_follow(conn):
+    ids = seed(conn)  # 100 jobs
+    first = jobq.list_jobs(limit=50)
+    assert first.next_cursor is not None
+    last = jobq.list_jobs(limit=50, cursor=first.next_cursor)
+    assert [j.id for j in last.items] == ids[50:] and last.next_cursor is None
+    assert (last.total, last.offset) == (100, 0)  # the whole filter's total
+    by_offset = jobq.list_jobs(limit=30, offset=60)
+    assert [j.id for j in jobq.list_jobs(limit=30, cursor=by_offset.next_cursor).items] == ids[90:]
+    assert jobq.list_jobs(limit=10, offset=90).next_cursor is None
+    assert jobq.list_jobs(limit=10, offset=100).next_cursor is None
+    assert jobq.list_jobs(limit=100, tag="t").next_cursor is None
+
+
+def test_before_starts_right_after_a_job(conn):
+    ids = seed(conn)
+    page = jobq.list_jobs(limit=5, before=ids[41])
+    assert [j.id for j in page.items] == ids[42:47]
+    assert [j.id for j in jobq.list_jobs(limit=5, cursor=page.next_cursor).items] == ids[47:52]
+    assert [j.id for j in jobq.list_jobs(limit=500, before=ids[41], type="y").items] == [
+        j.id for j in jobq.list_jobs(limit=500, type="y").items if ids.index(j.id) > 41
+    ]
+    assert jobq.list_jobs(before=ids[-1]).items == []
+
+
+def test_a_cursor_is_opaque_and_anything_else_is_refused_naming_it():
+    moment = datetime(2026, 3, 29, 1, 0, 0, 123456, tzinfo=timezone.utc)
+    token = keyset.encode(moment, 2**63 - 1)
+    assert keyset.decode(token) == (moment, 2**63 - 1)
+    assert token.isascii() and "=" not in token and "/" not in token and "+" not in token
+    raw = [json.dumps(v).encode() for v in (["2026-01-01T00:00:00", 1], ["2026-01-01T00:00:00+00:00", 0],
+                                            ["2026-01-01T00:00:00+00:00", True], ["soon", 1], [1, 2], {"a": 1}, [1])]
+    for bad in ["", "x", "!!!!", "a" * 201, 7, None, *(base64.urlsafe_b64encode(r).decode() for r in raw)]:
+        with pytest.raises(InvalidArgument) as refused:
+            keyset.decode(bad)
+        assert refused.value.field == "cursor"
+
+
+def test_get_jobs_pages_by_cursor_and_names_what_is_wrong(client, conn):
+    ids = seed(conn)
+    expected = [j.id for j in jobq.list_jobs(limit=500, queue="a").items]
+    assert 30 < len(expected) <= 60
+    first = client.get("/jobs?limit=30&queue=a").get_json()
+    assert first["next_cursor"] and [j["id"] for j in first["items"]] == expected[:30]
+    rest = client.get("/jobs", query_string={"limit": 30, "queue": "a", "cursor": first["next_cursor"]}).get_json()
+    assert [j["id"] for j in rest["items"]] == expected[30:] and rest["next_cursor"] is None
+    assert (rest["total"], rest["offset"]) == (len(expected), 0)
+    assert [j["id"] for j in client.get(f"/jobs?before={ids[9]}&limit=3").get_json()["items"]] == ids[10:13]
+    cursor = first["next_cursor"]
+    for query, field in ((f"cursor={cursor}&offset=1", "offset"), (f"before={ids[0]}&offset=2", "offset"),
+                         ("cursor=bogus", "cursor"), ("cursor=", "cursor"), ("cursor=" + "c" * 201, "cursor"),
+                         (f"cursor={cursor}&before={ids[0]}", "before"), ("before=0", "before"),
+                         ("before=x", "before"), (f"before={2**63}", "before"), ("before=999999999", "before")):
+        detail = assert_error(client.get("/jobs?" + query), 400)
+        assert field in str(detail), (query, detail)
+
+
+def _scan_rows(plan: dict) -> list[tuple[str, str, int, str]]:
+    """(node type, index, rows read, index condition) of every scan of a JSON plan; rows
+    read are those it returned and those its filter dropped."""
+    found = []
+    if "Scan" in plan["Node Type"]:
+        read = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+        found.append((plan["Node Type"], plan.get("Index Name", ""), read, plan.get("Index Cond", "")))
+    for child in plan.get("Plans", []):
+        found += _scan_rows(child)
+    return found
+
+
+def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
+    conn.execute(
+        "INSERT INTO jobs (type, queue, status, created_at, completed_at) "
+        "SELECT CASE WHEN g % 2 = 0 THEN 'x' ELSE 'y' END, 'default', CASE WHEN g % 10 = 0 THEN 'dead' ELSE 'done' END, "
+        "now() - (g / 3) * interval '1 ms', now() FROM generate_series(1, 200000) AS g"
+    )
+    conn.execute("ANALYZE jobs")
+    limit = 50
+    for criteria, index in (({}, "jobs_created_idx"), ({"type": "y"}, "jobs_type_created_idx"),
+                            ({"status": "dead"}, "jobs_dead_created_idx")):
+        deep = jobq.list_jobs(limit=limit, offset=18_000, **criteria)  # the depth of 90 % of 20,000 dead ones
+        cursor = keyset.decode(deep.next_cursor)
+        page = jobq.list_jobs(limit=limit, cursor=deep.next_cursor, **criteria)
+        assert [j.id for j in page.items] == [j.id for j in jobq.list_jobs(limit=limit, offset=18_050, **criteria).items]
+        where = " AND ".join([queries.JOB_LIST_FILTERS[name] for name in criteria] + [queries.JOB_LIST_AFTER])
+        statement = "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.JOB_LIST_SELECT + " WHERE " + where + queries.JOB_LIST_ORDER
+        params = {**criteria, "after_created_at": cursor[0], "after_id": cursor[1], "limit": limit + 1, "offset": 0}
+        plan = conn.execute(statement, params).fetchone()[0][0]["Plan"]
+        scans = _scan_rows(plan)
+        assert len(scans) == 1, scans
+        node, used, read, condition = scans[0]
+        assert node == "Index Scan" and used in (index, "jobs_created_idx"), scans
+        assert "ROW(created_at, id) < ROW(" in condition, condition  # the keyset is the index condition
+        assert read <= 3 * (limit + 1), scans  # about a page of rows, not the 18,000 before it
+        # ...where the same page by offset reads every row before it
+        by_offset = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.JOB_LIST_SELECT
+            + (" WHERE " + " AND ".join(queries.JOB_LIST_FILTERS[n] for n in criteria) if criteria else "")
+            + queries.JOB_LIST_ORDER, {**criteria, "limit": limit, "offset": 18_050}).fetchone()[0][0]["Plan"]
+        assert _scan_rows(by_offset)[0][2] >= 18_050
