@@ -1,10 +1,12 @@
 """enqueue_many against a raw COPY of the same rows into the same table.
 
-    python benchmark/enqueue.py --jobs 20000 --rounds 5 [--database-url URL] [--json]
+    python benchmark/enqueue.py --jobs 20000 --rounds 5 [--per-call 1000] [--database-url URL] [--json]
 
 Each round truncates the tables, COPYs N rows (type, queue, payload, priority,
 max_retries) straight into ``jobs``, truncates again and enqueues the same N rows
-with ``jobq.enqueue_many`` (validation, then COPY with reserved ids). Then what NOTIFY
+with ``jobq.enqueue_many`` (validation, then COPY with reserved ids; with ``--per-call``,
+in calls of that many jobs, each committed: up to 1,000 a call is one array INSERT,
+the bulk enqueue peers are compared on). Then what NOTIFY
 costs: single-job enqueues, one transaction each, from several threads, with the
 wake-up notifications on and off (PostgreSQL serialises the commits of
 transactions that notify). Medians of the rounds are reported.
@@ -39,11 +41,12 @@ def raw_copy(url: str, jobs: list[dict]) -> float:
         return time.perf_counter() - started
 
 
-def enqueue_many(url: str, jobs: list[dict]) -> float:
+def enqueue_many(url: str, jobs: list[dict], per_call: int) -> float:
     with psycopg.connect(url) as conn:
         started = time.perf_counter()
-        jobq.enqueue_many(jobs, conn=conn)
-        conn.commit()
+        for start in range(0, len(jobs), per_call):
+            jobq.enqueue_many(jobs[start:start + per_call], conn=conn)
+            conn.commit()
         return time.perf_counter() - started
 
 
@@ -68,6 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--per-call", type=int, default=0, help="jobs per enqueue_many call (default: all in one)")
     parser.add_argument("--singles", type=int, default=4000, help="single enqueues for the NOTIFY comparison")
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--database-url")
@@ -75,6 +79,7 @@ def main() -> None:
     args = parser.parse_args()
 
     jobs = rows(args.jobs)
+    per_call = args.per_call or args.jobs
     copy_times, enqueue_times = [], []
     with database(args.database_url) as url:
         migrated(url)
@@ -82,7 +87,7 @@ def main() -> None:
             reset(url)
             copy_times.append(raw_copy(url, jobs))
             reset(url)
-            enqueue_times.append(enqueue_many(url, jobs))
+            enqueue_times.append(enqueue_many(url, jobs, per_call))
         single_rates: dict[str, list[float]] = {"on": [], "off": []}
         for _ in range(args.rounds):
             for setting in ("on", "off"):
@@ -95,6 +100,7 @@ def main() -> None:
         **environment(),
         "jobs": args.jobs,
         "rounds": args.rounds,
+        "per_call": per_call,
         "raw_copy_rows_per_s": round(copy_rate),
         "enqueue_many_jobs_per_s": round(enqueue_rate),
         "ratio": round(enqueue_rate / copy_rate, 3),

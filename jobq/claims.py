@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
+import psycopg
+
 from jobq import queries
 from jobq.db import Connection
 from jobq.job import Job
@@ -25,6 +27,17 @@ from jobq.job import Job
 T = TypeVar("T")
 
 STALE_LEASE_COUNTER = "stale_lease_rejections_total"
+KEY_HELD_INDEX = "jobs_key_held_idx"
+
+
+def key_taken_meanwhile(exc: BaseException) -> bool:
+    """Whether an outcome write failed on a key taken while its job ran: a job sent back
+    to pending (retried, snoozed, released) whose idempotency key another job took by an
+    insert that had not committed yet when the write looked for a holder (migration
+    0008) fails on KEY_HELD_INDEX once that insert commits. The transaction rolled back
+    and no lock was let go (queries._unlock_after): sent again, the write sees the
+    holder, and the job ends cancelled, superseded by it."""
+    return isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.constraint_name == KEY_HELD_INDEX
 
 
 class Deferred(Generic[T]):
@@ -76,7 +89,7 @@ class Failure:
     """The outcome of a failed run: retried after ``delay`` seconds or dead-lettered."""
 
     job_id: int
-    status: str  # 'pending' (retry scheduled) or 'dead'
+    status: str  # 'pending' (retry scheduled), 'dead', or 'cancelled' (superseded: see key_taken_meanwhile)
     attempt: int
     run_at: datetime
 
@@ -145,7 +158,9 @@ def fail(
 ) -> Deferred[tuple[list[Failure], set[int]]]:
     """Record failed runs: back to pending after ``delays`` (attempt + 1) while retries
     remain, else dead and copied into dead_letter_jobs. Non-None ``max_retries`` replace
-    the row's limit. The answer: what happened to each recorded job, and the ids whose
+    the row's limit. A job going back to pending whose idempotency key another job took
+    while it ran ends cancelled, superseded by that job (any write back to pending: see
+    migration 0008). The answer: what happened to each recorded job, and the ids whose
     write was rejected for a stale lease."""
     cur = conn.cursor()
     cur.execute(

@@ -85,6 +85,7 @@ class Job(_Row):
     schedule: str | None = None  # the periodic schedule that made it (jobq.periodic)
     scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
     snoozes: int = 0  # times its handler raised jobq.Snooze (no attempt counted for them)
+    unique_while: str = "always"  # how long idempotency_key keeps another job out (jobq.spec)
 
 
 @dataclasses.dataclass(slots=True)

@@ -13,7 +13,7 @@ import json
 import re
 from datetime import datetime, timezone
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError, field_validator
 
@@ -29,6 +29,9 @@ MAX_TAG_LENGTH = 100
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_QUEUE = "default"
+# How long an idempotency key keeps another job with the same key out (migration 0008).
+UNIQUE_SCOPES = ("pending", "active", "always")
+DEFAULT_UNIQUE_WHILE = "always"
 
 Name = Annotated[StrictStr, Field(min_length=1)]
 Tag = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TAG_LENGTH)]
@@ -61,6 +64,13 @@ class JobSpec(BaseModel):
     run_at: datetime | None = Field(None, description="ISO-8601; without an offset it means UTC. Omit for now.")
     queue: Annotated[Name, Field(max_length=MAX_QUEUE_LENGTH)] = DEFAULT_QUEUE
     idempotency_key: Annotated[Name, Field(max_length=MAX_IDEMPOTENCY_KEY_LENGTH)] | None = None
+    unique_while: Literal["pending", "active", "always"] | None = Field(
+        None,
+        description="How long the idempotency_key keeps another job with the same key out: `always` (the "
+        "default: while this job's row exists), `active` (while it is pending, claimed or running) or "
+        "`pending` (while it waits to run). Keys share one namespace, whatever their scope. Needs an "
+        "idempotency_key.",
+    )
     tags: list[Tag] | None = Field(
         None,
         max_length=MAX_TAGS,
@@ -120,6 +130,14 @@ class JobSpec(BaseModel):
     def payload_json(self) -> str:
         """The payload as compact JSON text, ready for a jsonb parameter."""
         return self.payload.json_text  # type: ignore[attr-defined]
+
+    def key_scope(self) -> str:
+        """The scope its row stores: ``unique_while``, or the default. Raises
+        :class:`InvalidArgument` for a scope given without a key (checked here, not when
+        the model is validated: the API may take the key from a header)."""
+        if self.unique_while is not None and self.idempotency_key is None:
+            raise InvalidArgument("unique_while", "needs an idempotency_key")
+        return self.unique_while or DEFAULT_UNIQUE_WHILE
 
 
 def parse_spec(values: dict[str, Any], *, prefix: str = "") -> JobSpec:

@@ -28,11 +28,14 @@ from jobq.spec import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobS
 
 COPY_THRESHOLD = 1000
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
+# A key's holder can leave its scope (be claimed, finish) between the insert that met it
+# and the read of it: the insert is tried again, this many times at most.
+KEY_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, slots=True)
 class Enqueued:
-    """A job and whether this call created it (False: its idempotency key was taken)."""
+    """A job and whether this call created it (False: another job held its idempotency key)."""
 
     job: Job
     created: bool
@@ -48,13 +51,17 @@ def enqueue(
     queue: str = DEFAULT_QUEUE,
     idempotency_key: str | None = None,
     tags: Iterable[str] | None = None,
+    unique_while: str | None = None,
     conn: Connection | None = None,
 ) -> Job:
     """Add one job and return it.
 
     ``tags``: up to 20 distinct labels of 1-100 characters (``list_jobs(tag=...)``
-    finds the job by any of them). With an ``idempotency_key`` already held by a job
-    in the table, returns that job and adds nothing. Raises :class:`InvalidArgument` naming a bad argument, and
+    finds the job by any of them). With an ``idempotency_key`` held by another job,
+    returns that job and adds nothing. A key is held, by the job that has it, for as
+    long as ``unique_while`` says: ``"always"`` (the default: while that job's row
+    exists), ``"active"`` (while it is pending, claimed or running) or ``"pending"``
+    (while it waits to run). Raises :class:`InvalidArgument` naming a bad argument, and
     :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
     caller commits; without, the job is committed before this returns.
     """
@@ -68,6 +75,7 @@ def enqueue(
             "queue": queue,
             "idempotency_key": idempotency_key,
             "tags": tags if tags is None or isinstance(tags, (str, list)) else list(tags),
+            "unique_while": unique_while,
         }
     )
     return submit(spec, conn=conn).job
@@ -76,20 +84,21 @@ def enqueue(
 def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | None = None) -> Enqueued:
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
+    params = _row_params(spec)
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
         with c.cursor(row_factory=class_row(Job)) as cur:
-            cur.execute(queries.JOB_INSERT, _row_params(spec))
-            job = cur.fetchone()
-            if job is not None:
-                return Enqueued(job, True)
-            cur.execute(queries.JOB_GET_BY_IDEMPOTENCY_KEYS, {"keys": [spec.idempotency_key]})
-            existing = cur.fetchone()
-        if existing is None:
-            # The key's job was deleted between our insert and our read: try once more.
-            return submit(spec, conn=c)
-        return Enqueued(existing, False)
+            for _ in range(KEY_ATTEMPTS):
+                cur.execute(queries.JOB_INSERT, params)
+                job = cur.fetchone()
+                if job is not None:
+                    return Enqueued(job, True)
+                cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": [spec.idempotency_key]})
+                holder = cur.fetchone()
+                if holder is not None:
+                    return Enqueued(holder, False)
+    raise _key_unsettled([spec.idempotency_key])
 
 
 def enqueue_many(jobs: Iterable[Mapping[str, Any]], *, conn: Connection | None = None) -> list[Job]:
@@ -116,6 +125,11 @@ def submit_many(
     keys = [spec.idempotency_key for spec in specs if spec.idempotency_key is not None]
     if len(set(keys)) != len(keys):
         raise InvalidArgument("idempotency_key", "appears more than once in one batch")
+    for index, spec in enumerate(specs):
+        try:
+            spec.key_scope()
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"jobs[{index}].{exc.field}", exc.message) from None
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
@@ -226,24 +240,45 @@ def _copy(conn: Connection, specs: list[JobSpec]) -> list[Enqueued]:
 
 
 def _insert(conn: Connection, specs: list[JobSpec], keys: list[str]) -> list[Enqueued]:
+    """One array INSERT; then, for the keys another job held, those holders. A key whose
+    holder left its scope in between is inserted again (the jobs without a key went in
+    the first time)."""
     # (id, key, run_at, created_at) of the rows inserted; ids follow the input order
     inserted = sorted(conn.execute(queries.JOB_INSERT_MANY, _array_params(specs)).fetchall())
     new = {row[1]: row for row in inserted if row[1] is not None}
     unkeyed = iter([row for row in inserted if row[1] is None])
-    existing: dict[str, Job] = {}
-    if len(new) < len(keys):
-        with conn.cursor(row_factory=class_row(Job)) as cur:
-            cur.execute(queries.JOB_GET_BY_IDEMPOTENCY_KEYS, {"keys": keys})
-            existing = {job.idempotency_key: job for job in cur.fetchall()}  # type: ignore[misc]
+    held: dict[str, Job] = {}
+    waiting = [key for key in keys if key not in new]
+    with conn.cursor(row_factory=class_row(Job)) as cur:
+        for _ in range(KEY_ATTEMPTS):
+            if not waiting:
+                break
+            cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": waiting})
+            held.update((job.idempotency_key, job) for job in cur.fetchall())  # type: ignore[misc]
+            again = [spec for spec in specs if spec.idempotency_key in waiting and spec.idempotency_key not in held]
+            if again:
+                rows = conn.execute(queries.JOB_INSERT_MANY, _array_params(again)).fetchall()
+                new.update((row[1], row) for row in rows)
+            waiting = [key for key in waiting if key not in new and key not in held]
+    if waiting:
+        raise _key_unsettled(waiting)
     results = []
     for spec in specs:
         key = spec.idempotency_key
-        if key is not None and key not in new:
-            results.append(Enqueued(existing[key], False))
+        if key is not None and key in held:
+            results.append(Enqueued(held[key], False))
         else:
             job_id, _, run_at, created_at = new[key] if key is not None else next(unkeyed)
             results.append(Enqueued(_new_job(spec, job_id, run_at, created_at), True))
     return results
+
+
+def _key_unsettled(keys: list[str | None]) -> DatabaseUnavailable:
+    """Every insert of a key met a holder that was gone when read: the key's jobs come
+    and go faster than this caller; nothing of it was added."""
+    return DatabaseUnavailable(
+        f"idempotency keys {keys[:3]} changed hands {KEY_ATTEMPTS} times during one call; try again"
+    )
 
 
 def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
@@ -254,7 +289,7 @@ def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime)
         priority=spec.priority, attempt=0, max_retries=spec.max_retries, run_at=run_at,
         claimed_at=None, started_at=None, heartbeat_at=None, completed_at=None, created_at=created_at,
         result=None, error=None, errors=[], worker_id=None, lease=None, idempotency_key=spec.idempotency_key,
-        tags=spec.tags,
+        tags=spec.tags, unique_while=spec.key_scope(),
     )
 
 
@@ -277,6 +312,7 @@ def _row_params(spec: JobSpec) -> dict[str, Any]:
         "run_at": spec.run_at,
         "idempotency_key": spec.idempotency_key,
         "tags": spec.tags,
+        "unique_while": spec.key_scope(),
     }
 
 
@@ -290,6 +326,7 @@ def _array_params(specs: list[JobSpec]) -> dict[str, list[Any]]:
         "run_ats": [spec.run_at for spec in specs],
         "idempotency_keys": [spec.idempotency_key for spec in specs],
         "tags": [None if spec.tags is None else array_literal(spec.tags) for spec in specs],
+        "unique_whiles": [spec.key_scope() for spec in specs],
     }
 
 

@@ -19,7 +19,7 @@ SEED_FIELDS = {
 }
 JOB_FIELDS = SEED_FIELDS | {
     "queue", "started_at", "errors", "idempotency_key", "tags", "progress", "cancelled_by", "retried_as",
-    "schedule", "scheduled_for", "snoozes",
+    "schedule", "scheduled_for", "snoozes", "unique_while",
 }
 STATUSES = ["pending", "claimed", "running", "done", "failed", "dead", "cancelled"]
 SEED_METRICS = {

@@ -182,3 +182,20 @@ def test_an_open_enqueue_transaction_in_every_slot_does_not_stall_the_workers(co
     )
     assert counted(conn) == actual(conn)
     assert "Traceback" not in d.log()
+
+
+def test_a_raw_update_moving_jobs_back_changes_depths_and_never_lowers_a_total(conn):
+    jobq.enqueue_many([{"type": "a"}] * 3 + [{"type": "b"}] * 2, conn=conn)
+    conn.execute("UPDATE jobs SET status = 'done' WHERE type = 'a'")
+    conn.execute("UPDATE jobs SET status = 'dead', attempt = 2 WHERE type = 'b'")
+    before = jobq.counts(conn=conn).types
+    assert (before["a"]["done_total"], before["b"]["dead_total"], before["b"]["failed_runs_total"]) == (3, 2, 6)
+    # One statement: two of a's jobs back to pending (backwards), b's dead jobs to done.
+    conn.execute(
+        "UPDATE jobs SET status = CASE type WHEN 'a' THEN 'pending' ELSE 'done' END, attempt = 0 "
+        "WHERE id IN (SELECT id FROM jobs WHERE type = 'a' ORDER BY id LIMIT 2) OR type = 'b'"
+    )
+    after = jobq.counts(conn=conn).types
+    assert (after["a"]["pending"], after["a"]["done"], after["a"]["done_total"]) == (2, 1, 3)
+    assert (after["b"]["done"], after["b"].get("dead", 0), after["b"]["done_total"]) == (2, 0, 2)
+    assert (after["b"]["dead_total"], after["b"]["failed_runs_total"]) == (2, 6)

@@ -30,7 +30,7 @@ def test_worker_logs_are_json_lines_without_payloads_or_passwords(own_postgres, 
             ],
             conn=conn,
         )
-        d = daemon(1, url=url, JOBQ_LOG_FORMAT="json", JOBQ_BACKOFF_BASE="0.1")
+        d = daemon(1, url=url, JOBQ_LOG_FORMAT="json", JOBQ_BACKOFF_BASE="0.1", JOBQ_LOG_LEVEL="DEBUG")
         wait_for(lambda: all(jobq.get(j.id, conn=conn).status in ("done", "dead") for j in jobs), 20, "all jobs finished")
     own_postgres.stop()  # an outage: connection errors get logged too
     time.sleep(1)
@@ -47,3 +47,13 @@ def test_worker_logs_are_json_lines_without_payloads_or_passwords(own_postgres, 
     assert "error=RuntimeError" in dead and f"id={jobs[1].id}" in dead and "attempt=1" in dead
     assert PAYLOAD_SECRET not in log
     assert PASSWORD not in log
+
+
+def test_at_info_a_worker_logs_no_line_per_successful_job_but_every_failure(ledger, daemon):
+    ok = jobq.enqueue_many([{"type": "echo"}] * 20, conn=ledger)
+    bad = jobq.enqueue("leaky_fail", max_retries=0, conn=ledger)
+    d = daemon(1, JOBQ_LOG_LEVEL="INFO")
+    wait_for(lambda: all(jobq.get(j.id, conn=ledger).status in ("done", "dead") for j in [*ok, bad]), 20, "all finished")
+    log = d.log()
+    assert "job.dead_lettered" in log and f"id={bad.id}" in log
+    assert "job.claimed" not in log and "job.succeeded" not in log

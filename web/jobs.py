@@ -43,10 +43,11 @@ BODY_ERRORS = {400: Error, 413: Error, 415: Error, 422: ValidationFailure, 429: 
 def create_job(body: JobBody) -> tuple[dict, int]:
     """Enqueue a job.
 
-    201 with the new job; 200 with the existing job when the Idempotency-Key (header,
-    or the body's idempotency_key) is already held by one.
+    201 with the new job; 200 with the job that holds the Idempotency-Key (header, or
+    the body's idempotency_key) in its scope (unique_while), if one does.
     """
     spec = _with_key(body, _idempotency_key())
+    spec.key_scope()  # a scope without a key: 422 before the job joins a grouped insert
     if spec.idempotency_key is None:
         return api().enqueuer.submit(spec).to_dict(), 201
     with api().database.connection() as conn:

@@ -41,7 +41,8 @@ def list_queues() -> dict:
 
 @queues.post(
     "/queues/<path:name>/pause",
-    responses={200: QueueChange, 400: Error, 415: Error, 413: Error, 422: ValidationFailure},
+    # 404: a name with a line break matches no route (Flask's path converter stops there)
+    responses={200: QueueChange, 400: Error, 404: Error, 415: Error, 413: Error, 422: ValidationFailure},
     openapi_extensions=PAUSE_BODY,
 )
 def pause(path: QueuePath) -> dict:
@@ -54,7 +55,7 @@ def pause(path: QueuePath) -> dict:
     return {"queues": change.queues, "changed": change.changed}
 
 
-@queues.post("/queues/<path:name>/resume", responses={200: QueueChange, 400: Error})
+@queues.post("/queues/<path:name>/resume", responses={200: QueueChange, 400: Error, 404: Error})
 def resume(path: QueuePath) -> dict:
     """Resume a queue: idle workers are woken at once. Resuming a queue that is not
     paused changes nothing (``changed`` is empty)."""

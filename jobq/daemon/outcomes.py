@@ -148,9 +148,14 @@ class Outcomes:
                     job.id, job.type, job.queue, job.attempt, self.worker_id, o.delay, job.snoozes + 1,
                 )
             elif fate is None:
-                log.info(
+                log.debug(  # per job on the hot path: DEBUG (the failures below stay INFO)
                     "job.succeeded id=%s type=%s queue=%s attempt=%s worker=%s duration=%.4fs",
                     job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.seconds,
+                )
+            elif fate.status == "cancelled":
+                log.info(
+                    "job.superseded id=%s type=%s queue=%s attempt=%s worker=%s: another job took its key",
+                    job.id, job.type, job.queue, job.attempt, self.worker_id,
                 )
             elif fate.status == "pending":
                 log.info(

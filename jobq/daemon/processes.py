@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from jobq.daemon import reports
+from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.worker import EXIT_DATABASE_ERROR, EXIT_OK
 
 log = logging.getLogger(__name__)
@@ -135,20 +136,29 @@ class CancelRequest:
 
 @dataclass
 class WorkerProcess:
-    """A worker process, as its reports describe it."""
+    """A worker process, as its reports and its record on the job board describe it."""
 
     pid: int
     worker_id: str
     reader: reports.Reader
     spawned: float
-    slot: int  # its byte on the idle board
+    slot: int  # its byte on the idle board, its record on the job board
+    jobs: JobBoard  # what it runs: :attr:`current`
     control_fd: int = -1  # the write end of its control pipe (cancels, pauses)
-    current: reports.Started | None = None
     boot_error: str | None = None
     retiring: bool = False  # asked to stop (TERM sent)
     retire_deadline: float | None = None
     kill_kind: str | None = None  # why we SIGKILLed it: "timeout", "cancel" or "shutdown"
     cancelling: CancelRequest | None = None
+
+    @property
+    def current(self) -> reports.Started | None:
+        """The job it runs now (its deadline, its timeout), as it last showed it."""
+        return self.jobs.running(self.slot)
+
+    @current.setter
+    def current(self, started: reports.Started | None) -> None:
+        self.jobs.show(self.slot, started)
 
     def tell(self, message: reports.Cancel | reports.Pause, system: System) -> bool:
         """Pass a cancel or a pause on to the worker (its control pipe, then SIGUSR1 to
@@ -163,12 +173,16 @@ class WorkerProcess:
         return True
 
     def cancel_overdue(self, now: float) -> bool:
-        """Whether it still runs a job cancelled longer ago than the grace allows."""
+        """Whether it still runs a job cancelled longer ago than the grace allows (a
+        cancelled run that ended on its own is forgotten)."""
         request = self.cancelling
-        return (
-            request is not None and self.current is not None
-            and self.current.job_id == request.job_id and now > request.deadline
-        )
+        if request is None:
+            return False
+        current = self.current
+        if current is None or current.job_id != request.job_id:
+            self.cancelling = None
+            return False
+        return now > request.deadline
 
     def exit_report(self, status: int) -> tuple[reports.Gone, bool]:
         """What maintenance is told of its exit (wait ``status``), and whether it died
@@ -183,13 +197,7 @@ class WorkerProcess:
         """Take in what the worker reported since the last read."""
         messages, _ = self.reader.read()
         for message in messages:
-            if isinstance(message, reports.Started):
-                self.current = message
-            elif isinstance(message, reports.Idle):
-                self.current = None
-            if self.cancelling is not None and (self.current is None or self.current.job_id != self.cancelling.job_id):
-                self.cancelling = None  # the cancelled run ended on its own
-            elif isinstance(message, reports.BootError):
+            if isinstance(message, reports.BootError):
                 self.boot_error = message.reason
 
 

@@ -17,7 +17,10 @@ long GC pause) never has its job handed to someone else.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import psycopg
 
 from jobq import claims, queries
 from jobq.daemon.reports import Gone
@@ -30,6 +33,7 @@ WORKER_LOST = "worker lost"
 RECLAIMED_COUNTER = "reclaimed_total"
 TIMEOUT_COUNTER = "timeouts_total"
 REAP_BATCH = 500
+KEY_RETRIES = 3  # a write that met a key taken meanwhile (claims.key_taken_meanwhile) is sent again
 
 
 @dataclass(frozen=True)
@@ -53,25 +57,30 @@ class Recovered:
     released: int = 0  # back to pending, no attempt counted
     retried: int = 0  # a failed attempt, back to pending after backoff
     dead: int = 0  # a failed attempt, out of retries
+    superseded: int = 0  # back to pending, but another job held its key meanwhile: cancelled
     busy: int = 0  # still locked by a live session: not touched
     rejected: set[int] = field(default_factory=set)  # changed by someone else since we locked them
 
     @property
     def changed(self) -> int:
-        return self.released + self.retried + self.dead
+        return self.released + self.retried + self.dead + self.superseded
 
 
 def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovered:
     """One pass of the stale reaper over jobs whose heartbeat is older than
     ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone."""
     rows = _locked(conn, queries.JOB_LOCK_STALE, {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH}, lock_base)
-    with conn.transaction():  # the outcomes and their count commit together
+    def write() -> Recovered:
         recovered = _recover(conn, rows, {}, settings, lock_base)
         _count(conn, rows, RECLAIMED_COUNTER, recovered)
+        return recovered
+
+    recovered = _in_one_transaction(conn, write)  # the outcomes and their count commit together
     if recovered.changed:
         log.warning(
-            "reaper.reclaimed released=%s retried=%s dead=%s jobs=%s",
-            recovered.released, recovered.retried, recovered.dead, ",".join(str(r.job_id) for r in rows),
+            "reaper.reclaimed released=%s retried=%s dead=%s superseded=%s jobs=%s",
+            recovered.released, recovered.retried, recovered.dead, recovered.superseded,
+            ",".join(str(r.job_id) for r in rows),
         )
     return recovered
 
@@ -90,12 +99,15 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     rows = _locked(conn, queries.JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
     current = [row for row in rows if row.job_id == gone.job_id and row.lease == gone.lease]
     reasons = {row.job_id: _reason(gone) for row in current}
-    with conn.transaction():  # the outcomes and their count commit together: no reader sees one alone
+    def write() -> Recovered:
         recovered = _recover(conn, rows, reasons, settings, lock_base)
         if gone.kind == "timeout":
             _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
         elif gone.kind == "crash":
             _count(conn, rows, RECLAIMED_COUNTER, recovered)
+        return recovered
+
+    recovered = _in_one_transaction(conn, write)  # no reader sees an outcome without its count
     in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
     recovered.busy = int(in_flight)
     if recovered.changed:
@@ -104,6 +116,20 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
             gone.worker_id, gone.kind, gone.job_id or "-", recovered.released, recovered.retried, recovered.dead,
         )
     return recovered
+
+
+def _in_one_transaction(conn: Connection, write: Callable[[], Recovered]) -> Recovered:
+    """``write()`` in one transaction, sent again after a key taken meanwhile (the
+    rolled-back attempt let go of no lock of the job it failed on)."""
+    for attempt in range(KEY_RETRIES + 1):
+        try:
+            with conn.transaction():
+                return write()
+        except psycopg.IntegrityError as exc:
+            if not claims.key_taken_meanwhile(exc) or attempt == KEY_RETRIES:
+                raise
+            log.info("reaper.key_taken_meanwhile: written again")
+    raise AssertionError("unreachable")
 
 
 def _reason(gone: Gone) -> str | None:
@@ -142,6 +168,7 @@ def _recover(
         failures, rejected = claims.fail(conn, fail, errors, delays, [0.0] * len(fail), lock_base=lock_base).result()
         recovered.retried = sum(1 for f in failures if f.status == "pending")
         recovered.dead = sum(1 for f in failures if f.status == "dead")
+        recovered.superseded = sum(1 for f in failures if f.status == "cancelled")
         recovered.rejected |= rejected
     return recovered
 

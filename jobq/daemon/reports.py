@@ -1,10 +1,9 @@
 """What crosses the pipes of the daemon, one text line per message.
 
 Worker -> supervisor (the worker's report pipe):
-    ``S <job_id> <lease> <deadline> <timeout>``  started a job; deadline on the
-                                                 system-wide monotonic clock
-    ``I``                                        idle: no job running
-    ``B <reason>``                               cannot boot (then exits)
+    ``B <reason>``   cannot boot (then exits)
+(The job a worker runs, a :class:`Started`, is on the job board instead: shared
+memory, no message per job, :mod:`jobq.daemon.jobboard`.)
 
 Supervisor -> maintenance:
     ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
@@ -24,21 +23,19 @@ import os
 import signal
 from dataclasses import dataclass
 
-PIPE_SIZE = 1 << 20  # room for seconds of per-job reports between two supervisor reads
+PIPE_SIZE = 1 << 20  # room for every message between two reads, whatever comes
 _F_SETPIPE_SZ = 1031
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
+    """The job a worker runs: its lease, its deadline (system-wide monotonic clock) and
+    its timeout."""
+
     job_id: int
     lease: int
     deadline: float
     timeout: float
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +78,11 @@ def describe_exit(status: int) -> str:
     return f"exit code {code}"
 
 
-Message = Started | Idle | BootError | Gone | Cancel | Pause
+Message = BootError | Gone | Cancel | Pause
 
 
 def encode(message: Message) -> bytes:
-    if isinstance(message, Started):
-        line = f"S {message.job_id} {message.lease} {message.deadline:.3f} {message.timeout:g}"
-    elif isinstance(message, Idle):
-        line = "I"
-    elif isinstance(message, BootError):
+    if isinstance(message, BootError):
         line = "B " + _one_line(message.reason)
     elif isinstance(message, Cancel):
         line = f"C {message.job_id}"
@@ -107,11 +100,6 @@ def decode(line: bytes) -> Message:
     """Parse one line (without its newline). Raises ValueError on garbage."""
     text = line.decode("utf-8", "replace")
     tag, _, rest = text.partition(" ")
-    if tag == "S":
-        job_id, lease, deadline, timeout = rest.split(" ")
-        return Started(int(job_id), int(lease), float(deadline), float(timeout))
-    if tag == "I":
-        return Idle()
     if tag == "B":
         return BootError(rest)
     if tag == "C":

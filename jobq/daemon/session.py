@@ -30,6 +30,9 @@ T = TypeVar("T")
 # An error that may be a lost connection that libpq has not noticed yet is retried on a
 # new connection this many times in one call, then taken for an error of the statement.
 UNSURE_RETRIES = 3
+# Writes that met a key taken meanwhile (claims.key_taken_meanwhile) are sent again
+# this often in one call.
+KEY_RETRIES = 3
 
 
 def connection_lost(exc: psycopg.Error) -> bool:
@@ -82,11 +85,23 @@ class ClaimSession:
         with self.lock:
             retried = False
             unsure = 0  # retries after errors that did not say the connection was lost
+            keys = 0  # retries after a key taken meanwhile
             while True:
+                reconnecting = self.conn is None or self.conn.closed
                 try:
-                    if self.conn is None or self.conn.closed:
+                    if reconnecting:
                         self._reconnect()  # inside the retry: the connection may drop while re-locking
                     return call(self.conn, retried)  # type: ignore[arg-type]
+                except psycopg.IntegrityError as exc:
+                    if not claims.key_taken_meanwhile(exc) or keys >= KEY_RETRIES:
+                        raise
+                    keys += 1
+                    log.info("worker.key_taken_meanwhile worker=%s: written again", self.worker_id)
+                    assert self.conn is not None
+                    if reconnecting:
+                        self.conn.close()  # the reconnect did not finish: start it again
+                    elif self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        self.conn.rollback()
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     if self.conn is not None and not self.conn.broken and not self.conn.closed:
                         if not connection_lost(exc) or unsure >= UNSURE_RETRIES:

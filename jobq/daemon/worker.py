@@ -41,6 +41,7 @@ from jobq.daemon import batch, execution, presence, reports
 from jobq.daemon.batch import Hand
 from jobq.daemon.heartbeat import Heartbeat
 from jobq.daemon.idle import IdleBoard
+from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.listener import Listener
 from jobq.daemon.outcomes import Outcome, Outcomes
 from jobq.daemon.session import ClaimSession
@@ -76,7 +77,15 @@ class Worker:
     """One worker process. The constructor has no side effects; :meth:`run` does the work."""
 
     def __init__(
-        self, settings: Settings, token: str, report_fd: int, board: IdleBoard, slot: int, *, control_fd: int = -1
+        self,
+        settings: Settings,
+        token: str,
+        report_fd: int,
+        board: IdleBoard,
+        slot: int,
+        *,
+        control_fd: int = -1,
+        jobs: JobBoard | None = None,
     ) -> None:
         self.settings = settings
         self.token = token
@@ -84,6 +93,7 @@ class Worker:
         self.control_fd = control_fd
         self.board = board
         self.slot = slot
+        self.jobs = jobs or JobBoard(slot + 1)  # the supervisor's, shared; a board of its own when run alone
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = list(settings.queues)
@@ -228,7 +238,7 @@ class Worker:
         while not self.stopping.is_set():
             claimed = self.exchange()
             if not claimed:
-                self.report(reports.Idle())
+                self.jobs.show(self.slot, None)
                 self.wait_for_work()
                 continue
             self.run_batch(claimed)
@@ -289,7 +299,7 @@ class Worker:
         timeout = handler.timeout if handler and handler.timeout else self.settings.job_timeout
         deadline = time.monotonic() + timeout
         self.hand.runs_until(deadline)
-        self.report(reports.Started(job.id, claim.lease, deadline, timeout))
+        self.jobs.show(self.slot, reports.Started(job.id, claim.lease, deadline, timeout))
         self.jobs_run += 1
         result = execution.run(job, handler)
         if result.ok:
@@ -326,11 +336,12 @@ class Worker:
         with self.session.lock:
             claimed = self.outcomes.write(self.session, also=claim) or []
             self.hand.hold(claimed)
-        for job in claimed:
-            log.info(
-                "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
-                job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
-            )
+        if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
+            for job in claimed:
+                log.debug(
+                    "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
+                    job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
+                )
         unlocked = [job for job in claimed if not job.locked]
         if unlocked:
             # Another session holds the job's lock: never run it here.
