@@ -51,6 +51,7 @@ def test_readonly_has_no_action_route_and_off_no_route_at_all(make_app, conn):
     assert client.post("/dashboard/queues/default/pause").status_code in (404, 405)
     off = make_app(dashboard="off").test_client()
     assert off.get("/").status_code == 404
+    assert make_app(dashboard="off", api_token="t" * 32).test_client().get("/").status_code == 404
     assert off.get("/dashboard").status_code == 404
     assert off.get("/dashboard/static/dashboard.js").status_code == 404
 

@@ -12,7 +12,7 @@ login and a cookie instead.
 from __future__ import annotations
 
 from flask import Flask, Response, redirect, url_for
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, NotFound
 
 from jobq.errors import JobqError
 from jobq.settings import Settings
@@ -38,12 +38,17 @@ CONTENT_SECURITY_POLICY = (
 def install(app: Flask, settings: Settings) -> None:
     """Add the dashboard to ``app`` as ``settings.dashboard`` says."""
     if settings.dashboard == "off":
+        app.add_url_rule("/", "dashboard_root", _no_dashboard)  # 404, with a token set too
         return
     format.install(app)
     app.add_url_rule("/", "dashboard_root", lambda: redirect(url_for("dashboard.overview")))
     app.register_blueprint(pages)
     if settings.dashboard == "full":
         app.register_blueprint(actions)
+
+
+def _no_dashboard() -> Response:
+    raise NotFound("the dashboard is off (JOBQ_DASHBOARD=off)")
 
 
 @pages.post("/logout")
