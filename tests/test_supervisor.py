@@ -15,6 +15,7 @@ import time
 import pytest
 
 from jobq.daemon import reports
+from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, System
 from jobq.daemon.supervisor import EXIT_HALTED, Halt, Supervisor
 from jobq.daemon.wakeup import SelfPipe
@@ -117,7 +118,7 @@ def test_a_worker_that_dies_is_replaced_and_maintenance_is_told_its_running_job(
     supervisor.manage_workers()
     pid, proc = next(iter(supervisor.workers.items()))
     proc.spawned -= 60  # long after its spawn: a crash, not a crash loop
-    proc.current = running(7, deadline_in=60)
+    proc.show(running(7, deadline_in=60))
     system.exit(pid, KILLED)
     supervisor.reap_workers()
     supervisor.manage_workers()
@@ -142,8 +143,8 @@ def test_a_replacement_takes_the_slot_its_predecessor_freed(supervisor, system):
 def test_murder_kills_a_worker_past_its_jobs_deadline_as_a_timeout(supervisor, system):
     supervisor.manage_workers()
     late, on_time = list(supervisor.workers)[:2]
-    supervisor.workers[late].current = running(5, deadline_in=-0.1, timeout=2)
-    supervisor.workers[on_time].current = running(6, deadline_in=60)
+    supervisor.workers[late].show(running(5, deadline_in=-0.1, timeout=2))
+    supervisor.workers[on_time].show(running(6, deadline_in=60))
     supervisor.murder_workers()
     assert system.sent == [(late, signal.SIGKILL)]
     supervisor.murder_workers()
@@ -153,10 +154,33 @@ def test_murder_kills_a_worker_past_its_jobs_deadline_as_a_timeout(supervisor, s
     assert (gone.job_id, gone.kind, gone.timeout) == (5, "timeout", 2.0)
 
 
+class MovingOn(JobBoard):
+    """A board whose worker finishes its job right after each read (what a live worker
+    may do between two reads of its record by the supervisor)."""
+
+    def running(self, slot: int) -> reports.Started | None:
+        started = super().running(slot)
+        self.show(slot, None)
+        return started
+
+
+def test_a_worker_finishing_its_job_while_the_supervisor_looks_is_no_trouble(supervisor, system):
+    supervisor.manage_workers()
+    for proc in supervisor.workers.values():
+        proc.jobs = MovingOn(4)
+        proc.show(running(5, deadline_in=60))
+    supervisor.murder_workers()  # reads each record once (it raised when it read twice)
+    assert system.sent == []
+    for proc in supervisor.workers.values():
+        proc.show(running(6, deadline_in=-1))
+    supervisor.murder_workers()
+    assert len(system.sent) == 3
+
+
 def test_a_retired_worker_past_the_graceful_timeout_is_killed_as_a_shutdown(supervisor, system):
     supervisor.manage_workers()
     pid, proc = next(iter(supervisor.workers.items()))
-    proc.current = running(8, deadline_in=60)
+    proc.show(running(8, deadline_in=60))
     system.kill = lambda p, s, group=False: system.sent.append((p, s))  # TERM ignored: a long job
     supervisor.retire(proc)
     assert system.sent == [(pid, signal.SIGTERM)]
@@ -200,7 +224,7 @@ def test_a_worker_killed_by_its_job_is_replaced_at_once_however_often(supervisor
     supervisor.manage_workers()
     for job_id in range(1, 6):  # a poison job kills every worker that runs it
         proc = next(iter(supervisor.workers.values()))
-        proc.current = running(job_id, deadline_in=60)
+        proc.show(running(job_id, deadline_in=60))
         system.exit(proc.pid, KILLED)
         supervisor.reap_workers()
         supervisor.manage_workers()
@@ -258,8 +282,8 @@ def control_pipe_of(proc) -> reports.Reader:
 def test_a_cancel_reaches_every_busy_worker_and_kills_the_one_running_it_after_the_grace(supervisor, system):
     supervisor.manage_workers()
     runner, other, idle = supervisor.workers.values()
-    runner.current = running(7, deadline_in=60)
-    other.current = running(8, deadline_in=60)
+    runner.show(running(7, deadline_in=60))
+    other.show(running(8, deadline_in=60))
     pipes = [control_pipe_of(proc) for proc in (runner, other, idle)]
     system.kill = lambda p, s, group=False: system.sent.append((p, s))  # the handler ignores it
     os.write(supervisor.control, reports.encode(reports.Cancel(7)))
@@ -287,14 +311,14 @@ def test_a_cancel_reaches_every_busy_worker_and_kills_the_one_running_it_after_t
 def test_a_cancelled_run_that_ended_on_its_own_is_not_killed(supervisor, system):
     supervisor.manage_workers()
     proc = next(iter(supervisor.workers.values()))
-    proc.current = running(7, deadline_in=60)
+    proc.show(running(7, deadline_in=60))
     pipe = control_pipe_of(proc)
     system.kill = lambda p, s, group=False: system.sent.append((p, s))
     os.write(supervisor.control, reports.encode(reports.Cancel(7)))
     supervisor.read_reports()
     assert proc.cancelling is not None and proc.cancelling.job_id == 7
     proc.cancelling = CancelRequest(7, time.monotonic() - 0.1)  # the grace is over, but...
-    proc.current = running(9, deadline_in=60)  # ...it has moved on to its next job
+    proc.show(running(9, deadline_in=60))  # ...it has moved on to its next job
     supervisor.murder_workers()
     assert proc.kill_kind is None
     os.close(pipe.fd)

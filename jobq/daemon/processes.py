@@ -151,20 +151,22 @@ class WorkerProcess:
     kill_kind: str | None = None  # why we SIGKILLed it: "timeout", "cancel" or "shutdown"
     cancelling: CancelRequest | None = None
 
-    @property
-    def current(self) -> reports.Started | None:
-        """The job it runs now (its deadline, its timeout), as it last showed it."""
+    def running_job(self) -> reports.Started | None:
+        """The job it runs now (its deadline, its timeout), as it last showed it: read
+        from the board at each call (the worker moves on meanwhile), so a caller reads it
+        once and works on that."""
         return self.jobs.running(self.slot)
 
-    @current.setter
-    def current(self, started: reports.Started | None) -> None:
+    def show(self, started: reports.Started | None) -> None:
+        """Put ``started`` on its record, as the worker does (for a slot without a live
+        worker, and for tests)."""
         self.jobs.show(self.slot, started)
 
     def tell(self, message: reports.Cancel | reports.Pause, system: System) -> bool:
         """Pass a cancel or a pause on to the worker (its control pipe, then SIGUSR1 to
         have it read). Only a worker that has reported a job (its handler for the signal
         is installed by then) and is not being killed is told; True if it was."""
-        if self.current is None or self.kill_kind is not None:
+        if self.running_job() is None or self.kill_kind is not None:
             return False
         if not reports.write(self.control_fd, message):
             log.warning("supervisor.control_dropped worker=%s: its control pipe is full", self.worker_id)
@@ -178,7 +180,7 @@ class WorkerProcess:
         request = self.cancelling
         if request is None:
             return False
-        current = self.current
+        current = self.running_job()
         if current is None or current.job_id != request.job_id:
             self.cancelling = None
             return False
@@ -191,7 +193,7 @@ class WorkerProcess:
         code = os.waitstatus_to_exitcode(status)
         kind = self.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
         unasked = self.kill_kind is None and code != EXIT_OK
-        return reports.Gone.of(self.worker_id, self.current, kind, status), unasked
+        return reports.Gone.of(self.worker_id, self.running_job(), kind, status), unasked
 
     def read_reports(self) -> None:
         """Take in what the worker reported since the last read."""

@@ -205,7 +205,8 @@ class Supervisor:
         job gets JOBQ_CANCEL_GRACE seconds to end it before it is killed."""
         for proc in self.workers.values():
             told = proc.tell(message, self.system)
-            if told and isinstance(message, reports.Cancel) and proc.current and proc.current.job_id == message.job_id:
+            current = proc.running_job()
+            if told and isinstance(message, reports.Cancel) and current and current.job_id == message.job_id:
                 proc.cancelling = CancelRequest(message.job_id, time.monotonic() + self.settings.cancel_grace)
                 log.info("job.cancel_requested id=%s worker=%s", message.job_id, proc.worker_id)
 
@@ -237,7 +238,7 @@ class Supervisor:
         gone, unasked = proc.exit_report(status)
         if unasked:
             log.error("supervisor.worker_died worker=%s %s job=%s", proc.worker_id, gone.detail, gone.job_id or "-")
-            running_job = gone.kind == "crash" and proc.current is not None
+            running_job = gone.kind == "crash" and gone.job_id != 0
             self.respawns.died(proc.slot, spawned=proc.spawned, running_job=running_job)
         else:
             log.info("supervisor.worker_exited worker=%s %s kind=%s", proc.worker_id, gone.detail, gone.kind)
@@ -250,22 +251,23 @@ class Supervisor:
         for proc in list(self.workers.values()):
             if proc.kill_kind is not None:
                 continue
-            if proc.current is not None and now > proc.current.deadline:
+            current = proc.running_job()  # once: the worker moves on meanwhile
+            if current is not None and now > current.deadline:
                 log.error(
                     "job.timed_out id=%s worker=%s timeout=%ss: killing the worker",
-                    proc.current.job_id, proc.worker_id, f"{proc.current.timeout:g}",
+                    current.job_id, proc.worker_id, f"{current.timeout:g}",
                 )
                 self.kill(proc, "timeout")
             elif proc.cancel_overdue(now):
                 log.warning(
                     "job.cancel_killed id=%s worker=%s grace=%ss: its handler did not return; killing the worker",
-                    proc.current.job_id if proc.current else "-", proc.worker_id, f"{self.settings.cancel_grace:g}",
+                    proc.cancelling.job_id if proc.cancelling else "-", proc.worker_id, f"{self.settings.cancel_grace:g}",
                 )
                 self.kill(proc, "cancel")
             elif proc.retire_deadline is not None and now > proc.retire_deadline:
                 log.warning(
                     "supervisor.graceful_timeout worker=%s job=%s: killing it, its job goes back to pending",
-                    proc.worker_id, proc.current.job_id if proc.current else "-",
+                    proc.worker_id, current.job_id if current else "-",
                 )
                 self.kill(proc, "shutdown")
 
