@@ -28,7 +28,7 @@ import jobq
 from common import database, emit, environment, migrated, reset
 from jobq import keyset, queries, rollup
 from observe import timed
-from scale import CHUNK, FILL_FINISHED
+from scale import fill_finished
 
 # --per-minute jobs done within the minute starting at %(minute)s, spread over it and
 # over the queues, with run times of 0-2 s and start latencies of 0-0.5 s.
@@ -65,8 +65,7 @@ def main() -> None:
         reset(url)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("TRUNCATE jobq_minutes, job_counter_samples")
-            for start in range(0, args.finished, CHUNK):
-                conn.execute(FILL_FINISHED, {"n": min(CHUNK, args.finished - start)})
+            fill_finished(conn, args.finished)
             now = conn.execute("SELECT now()").fetchone()[0]
             minute = now.replace(second=0, microsecond=0) - 2 * rollup.MINUTE
             conn.execute(FILL_MINUTE, {"n": args.per_minute, "queues": args.queues, "minute": minute})

@@ -31,7 +31,7 @@ from common import database, emit, environment, migrated, reset
 from jobq import keyset
 from jobq.inspection import snapshot
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE, Settings
-from scale import CHUNK, FILL_FINISHED
+from scale import fill_finished
 
 # Besides the history: scheduled jobs, dead jobs and their dead letters.
 FILL_OTHERS = (
@@ -137,8 +137,7 @@ def main() -> None:
         migrated(url)
         reset(url)
         with psycopg.connect(url, autocommit=True) as conn:
-            for start in range(0, args.finished, CHUNK):
-                conn.execute(FILL_FINISHED, {"n": min(CHUNK, args.finished - start)})
+            fill_finished(conn, args.finished)
             conn.execute(FILL_OTHERS)
             conn.execute("VACUUM ANALYZE jobs")
             rows = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]

@@ -54,6 +54,12 @@ SCENARIOS = [
 CHUNK = 500_000
 
 
+def fill_finished(conn: psycopg.Connection, n: int) -> None:
+    """Add ``n`` done jobs of the past, CHUNK rows a statement."""
+    for start in range(0, n, CHUNK):
+        conn.execute(FILL_FINISHED, {"n": min(CHUNK, n - start)})
+
+
 def fill(url: str, finished: int, backlog: int, have: int) -> None:
     """Bring the history to ``finished`` rows (reusing what is there) and add a backlog."""
     with psycopg.connect(url, autocommit=True) as conn:
