@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 STALE_LEASE_COUNTER = "stale_lease_rejections_total"
 KEY_HELD_INDEX = "jobs_key_held_idx"
+KEY_RETRIES = 3  # a write that met a key taken meanwhile is sent again this often (see key_taken_meanwhile)
 
 
 def key_taken_meanwhile(exc: BaseException) -> bool:

@@ -33,7 +33,6 @@ WORKER_LOST = "worker lost"
 RECLAIMED_COUNTER = "reclaimed_total"
 TIMEOUT_COUNTER = "timeouts_total"
 REAP_BATCH = 500
-KEY_RETRIES = 3  # a write that met a key taken meanwhile (claims.key_taken_meanwhile) is sent again
 
 
 @dataclass(frozen=True)
@@ -121,12 +120,12 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
 def _in_one_transaction(conn: Connection, write: Callable[[], Recovered]) -> Recovered:
     """``write()`` in one transaction, sent again after a key taken meanwhile (the
     rolled-back attempt let go of no lock of the job it failed on)."""
-    for attempt in range(KEY_RETRIES + 1):
+    for attempt in range(claims.KEY_RETRIES + 1):
         try:
             with conn.transaction():
                 return write()
         except psycopg.IntegrityError as exc:
-            if not claims.key_taken_meanwhile(exc) or attempt == KEY_RETRIES:
+            if not claims.key_taken_meanwhile(exc) or attempt == claims.KEY_RETRIES:
                 raise
             log.info("reaper.key_taken_meanwhile: written again")
     raise AssertionError("unreachable")

@@ -30,9 +30,6 @@ T = TypeVar("T")
 # An error that may be a lost connection that libpq has not noticed yet is retried on a
 # new connection this many times in one call, then taken for an error of the statement.
 UNSURE_RETRIES = 3
-# Writes that met a key taken meanwhile (claims.key_taken_meanwhile) are sent again
-# this often in one call.
-KEY_RETRIES = 3
 
 
 def connection_lost(exc: psycopg.Error) -> bool:
@@ -93,7 +90,7 @@ class ClaimSession:
                         self._reconnect()  # inside the retry: the connection may drop while re-locking
                     return call(self.conn, retried)  # type: ignore[arg-type]
                 except psycopg.IntegrityError as exc:
-                    if not claims.key_taken_meanwhile(exc) or keys >= KEY_RETRIES:
+                    if not claims.key_taken_meanwhile(exc) or keys >= claims.KEY_RETRIES:
                         raise
                     keys += 1
                     log.info("worker.key_taken_meanwhile worker=%s: written again", self.worker_id)
