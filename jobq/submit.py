@@ -255,7 +255,8 @@ def _insert(conn: Connection, specs: list[JobSpec], keys: list[str]) -> list[Enq
                 break
             cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": waiting})
             held.update((job.idempotency_key, job) for job in cur.fetchall())  # type: ignore[misc]
-            again = [spec for spec in specs if spec.idempotency_key in waiting and spec.idempotency_key not in held]
+            unheld = set(waiting) - held.keys()
+            again = [spec for spec in specs if spec.idempotency_key in unheld]
             if again:
                 rows = conn.execute(queries.JOB_INSERT_MANY, _array_params(again)).fetchall()
                 new.update((row[1], row) for row in rows)
