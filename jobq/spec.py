@@ -29,8 +29,8 @@ MAX_TAG_LENGTH = 100
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_QUEUE = "default"
-# How long an idempotency key keeps another job with the same key out (migration 0008).
-UNIQUE_SCOPES = ("pending", "active", "always")
+# How long an idempotency key keeps another job with the same key out by default
+# (JobSpec.unique_while; migration 0008).
 DEFAULT_UNIQUE_WHILE = "always"
 
 Name = Annotated[StrictStr, Field(min_length=1)]

@@ -143,7 +143,7 @@ class WorkerProcess:
     reader: reports.Reader
     spawned: float
     slot: int  # its byte on the idle board, its record on the job board
-    jobs: JobBoard  # what it runs: :attr:`current`
+    jobs: JobBoard  # what it runs: :meth:`running_job`
     control_fd: int = -1  # the write end of its control pipe (cancels, pauses)
     boot_error: str | None = None
     retiring: bool = False  # asked to stop (TERM sent)
