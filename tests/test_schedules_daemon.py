@@ -86,6 +86,24 @@ def test_missed_slots_after_an_outage_are_fired_as_each_catch_up_policy_says(sch
     assert slots_of(sched, "up_skip") == []
 
 
+def test_catch_up_all_across_a_past_dst_change_fires_each_wall_clock_slot_once_from_the_daemon(sched, daemon):
+    nightly = entry("nightly", "30 2 * * *", catch_up="all", tz="Europe/Berlin")
+    pre_declare(sched, nightly)
+    # Due since 23 October 2026, 02:30 CEST: 25 October (fall back, 02:30 twice) is in the outage.
+    sched.execute("UPDATE jobq_schedules SET next_run_at = '2026-10-23 00:30Z' WHERE name = 'nightly'")
+    start(daemon, nightly, JOBQ_CATCH_UP_MAX="100000")  # every slot since, however long ago that is
+    wait_for(lambda: advanced(sched, "nightly"), 20, "the schedule advanced past now")
+    fired = slots_of(sched, "nightly")
+    berlin = Cron("30 2 * * *", "Europe/Berlin").zone
+    local = [slot.astimezone(berlin) for slot in fired]
+    assert [slot.isoformat() for slot in fired[:4]] == [
+        "2026-10-23T00:30:00+00:00", "2026-10-24T00:30:00+00:00", "2026-10-25T00:30:00+00:00", "2026-10-26T01:30:00+00:00"]
+    assert {(t.hour, t.minute) for t in local} == {(2, 30)}
+    days = [t.date() for t in local]
+    assert all((b - a).days == 1 for a, b in zip(days, days[1:]))  # one a day: none skipped, none twice
+    assert local[-1] <= sched.execute("SELECT now()").fetchone()[0] < local[-1] + timedelta(days=1)
+
+
 def test_a_pause_survives_a_deploy_an_orphan_never_fires_and_a_resume_wakes_the_leader(sched, daemon):
     cron = far_from_now(sched)
     beacon = entry("beacon", cron)
