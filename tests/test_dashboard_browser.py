@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 import jobq
@@ -206,6 +207,23 @@ def test_a_queue_paused_by_its_button_has_none_of_its_jobs_claimed(page: Browser
     page.find("#resume-default").click()
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'done'", later) == 5,
              30, "the jobs done after the resume")
+    assert page.console_errors() == []
+
+
+def test_the_keyboard_alone_reaches_and_presses_a_queues_pause_button(page: Browser, conn):
+    jobq.enqueue("noop", conn=conn)  # the default queue exists, with a job waiting
+    page.open("/dashboard/queues")
+    reached = []
+    for _ in range(60):  # Tab through the page, as a keyboard user does
+        page.driver.switch_to.active_element.send_keys(Keys.TAB)
+        focused = page.driver.switch_to.active_element
+        reached.append(focused.get_attribute("id") or focused.tag_name)
+        if reached[-1] == "pause-default":
+            break
+    assert reached[-1] == "pause-default", reached
+    focused.send_keys(Keys.ENTER)
+    wait_for(lambda: scalar(conn, "SELECT paused_at IS NOT NULL FROM jobq_queues WHERE name = 'default'"), 10,
+             "the queue paused by Enter on its button")
     assert page.console_errors() == []
 
 
