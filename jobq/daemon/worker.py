@@ -61,6 +61,7 @@ EXIT_BOOT_ERROR = 3
 EXIT_DATABASE_ERROR = 4
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
+UNASKED = object()  # Worker.next_in before the database was asked
 
 
 def worker_name(hostname: str, pid: int, token: str) -> str:
@@ -107,6 +108,10 @@ class Worker:
         self.paused_queues: set[str] = set()
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
         self.batch_size = 1
+        # Set by exchange for wait_for_work: whether the last claim found fewer jobs than
+        # its limit, and then the seconds until the next due job (None: none pending).
+        self.last_claim_short = True
+        self.next_in: float | None | object = UNASKED
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -246,10 +251,13 @@ class Worker:
                 self.request_stop(f"recycled after {self.jobs_run} jobs")
 
     def wait_for_work(self) -> None:
-        next_in = self.session.run(lambda conn, _: claims.next_run_in(conn, self.queues))
+        next_in = self.next_in  # asked with the last claim when it looked like the end of the queue
+        if next_in is UNASKED:
+            next_in = self.session.run(lambda conn, _: claims.next_run_in(conn, self.queues))
+        self.next_in = UNASKED
         timeout = self.settings.poll_interval
         if next_in is not None:
-            timeout = min(timeout, max(next_in, IDLE_RECHECK))
+            timeout = min(timeout, max(next_in, IDLE_RECHECK))  # type: ignore[arg-type]
         # Counted idle only while listening: a worker without a notification to wait
         # for must not keep the others from waking.
         self.board.mark(self.slot, self.listener.listening)
@@ -323,19 +331,37 @@ class Worker:
 
     def exchange(self) -> list[Claim]:
         """Write the buffered outcomes and claim the next batch: one round trip (a
-        pipeline), one transaction. Returns the jobs to run (locked by this session)."""
+        pipeline), one transaction. Returns the jobs to run (locked by this session).
+
+        With nothing in hand (an idle worker woken by a notification: no outcome can be
+        waiting) the claim goes alone, without a pipeline: its rows and its commit come
+        back in one exchange of messages instead of two. When the last claim found fewer
+        jobs than it asked for, the seconds until the next due job are asked in the same
+        round trip, for the wait that probably follows (wait_for_work)."""
         limit = self.batch_size
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
+        ask_next = self.last_claim_short
+        self.next_in = UNASKED
 
         def claim(conn: psycopg.Connection) -> claims.Deferred[list[Claim]]:
             return claims.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
+        def claim_and_ask(conn: psycopg.Connection) -> claims.Deferred[list[Claim]]:
+            claimed = claim(conn)
+            if ask_next:
+                self.next_in = claims.next_run_in(conn, self.queues)  # same pipeline: no round trip of its own
+            return claimed
+
         # The claimed jobs are in hand before the session's lock is let go: a reconnect
         # in between would give back, as orphans, jobs this worker is about to run.
         with self.session.lock:
-            claimed = self.outcomes.write(self.session, also=claim) or []
+            if self.hand.held():  # outcomes may be waiting (a job is let go once its outcome is written)
+                claimed = self.outcomes.write(self.session, also=claim_and_ask) or []
+            else:
+                claimed = self.session.run(lambda conn, _: claim(conn).result())
             self.hand.hold(claimed)
+        self.last_claim_short = len(claimed) < limit
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
                 log.debug(
@@ -347,6 +373,7 @@ class Worker:
             # Another session holds the job's lock: never run it here.
             self.session.give_back(unlocked)
             claimed = [job for job in claimed if job.locked]
+            self.next_in = UNASKED  # asked before these went back to pending
         return claimed
 
     # -- the supervisor's pipe -----------------------------------------------------------
