@@ -61,17 +61,18 @@ class Listener:
 
     def wait(self, timeout: float, wake_fds: Sequence[int] = (), wakes: Callable[[int], bool] = lambda jobs: True) -> None:
         """Block until a notification for our queues that ``wakes(jobs)`` accepts, a byte
-        on a wake-up fd, or the timeout. Returns at once after a reconnect (what was
-        missed meanwhile is unknown: the caller looks), and at once when the connection
-        breaks (the caller is no longer reachable by NOTIFY: it must not go on counting
-        as a listening idle worker)."""
+        on a wake-up fd, or the timeout. Returns at once when the connection breaks (the
+        caller is no longer reachable by NOTIFY: it must not go on counting as a
+        listening idle worker), and after a reconnect, which a wait without a connection
+        tries as soon as the backoff allows (what was missed meanwhile is unknown: the
+        caller looks)."""
         deadline = time.monotonic() + timeout
-        if self.conn is None:
+        while self.conn is None:  # try again as soon as the backoff allows, not at the deadline
             if time.monotonic() >= self._next_attempt and self.connect():
                 log.info("listener.reconnected channel=%s", self.channel)
                 return
-            self._sleep(deadline, wake_fds)
-            return
+            if self._sleep(min(deadline, self._next_attempt), wake_fds) or time.monotonic() >= deadline:
+                return
         sock = self.conn.fileno()
         fds = [sock, *wake_fds]
         try:
@@ -131,8 +132,10 @@ class Listener:
             taken = queue in self.queues and wakes(jobs)
         return taken
 
-    def _sleep(self, deadline: float, wake_fds: Sequence[int]) -> None:
-        select.select(list(wake_fds), [], [], max(0.0, deadline - time.monotonic()))
+    def _sleep(self, until: float, wake_fds: Sequence[int]) -> bool:
+        """Sleep until ``until`` (monotonic); True if a wake-up fd ended it."""
+        ready, _, _ = select.select(list(wake_fds), [], [], max(0.0, until - time.monotonic()))
+        return bool(ready)
 
     def _drop(self, exc: BaseException) -> None:
         if self.conn is not None:

@@ -1,0 +1,79 @@
+"""An idle worker's wake-up: the listener, in-process on a real database, and the
+timer an idle worker sets from the claim that found the queue's end."""
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import jobq
+from daemon import scalar, wait_for, worker_pids
+from jobq.daemon.listener import Listener
+
+pytestmark = [pytest.mark.db, pytest.mark.daemon]
+
+
+@pytest.fixture
+def listener(database_url, conn):
+    ear = Listener(database_url, ["default"], application_name="jobq listener test_wake")
+    assert ear.connect()
+    yield ear
+    ear.close()
+
+
+def test_a_listener_wakes_for_its_own_queues_with_the_number_of_jobs(conn, listener):
+    asked = []
+
+    def wakes(jobs: int) -> bool:
+        asked.append(jobs)
+        return True
+
+    jobq.enqueue("noop", queue="elsewhere", conn=conn)
+    started = time.monotonic()
+    listener.wait(0.3, wakes=wakes)
+    assert time.monotonic() - started >= 0.3  # another queue's jobs: slept to the timeout
+    assert asked == []
+    jobq.enqueue_many([{"type": "noop"}] * 3, conn=conn)
+    started = time.monotonic()
+    listener.wait(10, wakes=wakes)
+    assert time.monotonic() - started < 2  # woken, not timed out
+    assert asked == [3]
+
+
+def test_a_notification_declined_leaves_the_listener_asleep(conn, listener):
+    jobq.enqueue("noop", conn=conn)
+    started = time.monotonic()
+    listener.wait(0.3, wakes=lambda jobs: False)  # a lower idle worker takes it
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_listener_whose_connection_breaks_returns_at_once_and_then_listens_again(conn, listener):
+    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobq listener test_wake'")
+    started = time.monotonic()
+    listener.wait(10)
+    # Not the 10 s: a worker that NOTIFY cannot reach must not stay counted as idle.
+    assert time.monotonic() - started < 2
+    assert not listener.listening
+    started = time.monotonic()
+    listener.wait(10)  # reconnects as soon as the backoff allows, and returns
+    assert time.monotonic() - started < 2
+    assert listener.listening
+    jobq.enqueue("noop", conn=conn)
+    started = time.monotonic()
+    listener.wait(10)
+    assert time.monotonic() - started < 2
+
+
+def test_the_next_scheduled_job_after_a_run_starts_on_time(conn, daemon):
+    # The claim after a run that found the queue's end also asks when the next job is
+    # due, in the same round trip: the worker sleeps until then, not the poll interval.
+    daemon(1, JOBQ_POLL_INTERVAL="10")
+    wait_for(lambda: len(worker_pids(conn)) == 1, 15, "the worker up")
+    first = jobq.enqueue("noop", conn=conn)
+    wait_for(lambda: jobq.get(first.id, conn=conn).status == "done", 5, "the first job done")
+    run_at = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+    now_job, later = jobq.enqueue_many([{"type": "noop"}, {"type": "noop", "run_at": run_at}], conn=conn)
+    wait_for(lambda: jobq.get(later.id, conn=conn).status == "done", 8, "the scheduled job done")
+    assert jobq.get(now_job.id, conn=conn).status == "done"
+    lateness = float(scalar(conn, "SELECT extract(epoch FROM started_at - run_at) FROM jobs WHERE id = %s", later.id))
+    assert 0 <= lateness < 0.5
