@@ -8,7 +8,7 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids
-from jobq.daemon.listener import Listener
+from jobq.daemon.listener import Everyone, Listener
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
 
@@ -21,29 +21,34 @@ def listener(database_url, conn):
     ear.close()
 
 
+class Asked(Everyone):
+    def __init__(self, take: bool = True) -> None:
+        self.take = take
+        self.asked: list[int] = []
+
+    def wakes(self, jobs: int) -> bool:
+        self.asked.append(jobs)
+        return self.take
+
+
 def test_a_listener_wakes_for_its_own_queues_with_the_number_of_jobs(conn, listener):
-    asked = []
-
-    def wakes(jobs: int) -> bool:
-        asked.append(jobs)
-        return True
-
+    waking = Asked()
     jobq.enqueue("noop", queue="elsewhere", conn=conn)
     started = time.monotonic()
-    listener.wait(0.3, wakes=wakes)
+    listener.wait(0.3, waking=waking)
     assert time.monotonic() - started >= 0.3  # another queue's jobs: slept to the timeout
-    assert asked == []
+    assert waking.asked == []
     jobq.enqueue_many([{"type": "noop"}] * 3, conn=conn)
     started = time.monotonic()
-    listener.wait(10, wakes=wakes)
+    listener.wait(10, waking=waking)
     assert time.monotonic() - started < 2  # woken, not timed out
-    assert asked == [3]
+    assert waking.asked == [3]
 
 
 def test_a_notification_declined_leaves_the_listener_asleep(conn, listener):
     jobq.enqueue("noop", conn=conn)
     started = time.monotonic()
-    listener.wait(0.3, wakes=lambda jobs: False)  # a lower idle worker takes it
+    listener.wait(0.3, waking=Asked(take=False))  # a lower idle worker takes it
     assert time.monotonic() - started >= 0.3
 
 

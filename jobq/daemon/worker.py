@@ -94,6 +94,7 @@ class Worker:
         self.control_fd = control_fd
         self.board = board
         self.slot = slot
+        self.seat = board.seat(slot)  # who wakes for a notification: wait_for_work
         self.jobs = jobs or JobBoard(slot + 1)  # the supervisor's, shared; a board of its own when run alone
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
@@ -262,9 +263,10 @@ class Worker:
         # for must not keep the others from waking.
         self.board.mark(self.slot, self.listener.listening)
         try:
-            self.listener.wait(timeout, [self.wakeup.read_fd], lambda jobs: self.board.wakes(self.slot, jobs))
+            self.listener.wait(timeout, [self.wakeup.read_fd], self.seat)
         finally:
             self.board.mark(self.slot, False)
+            self.seat.forget()
         self.wakeup.drain()
         if os.getppid() != self.parent_pid:
             self.request_stop("parent died")
