@@ -11,13 +11,17 @@ from jobq.daemon.finished import AREA, Finished, FinishedBoard
 pytestmark = pytest.mark.unit
 
 
+def note(board: FinishedBoard, slot: int, finished: Finished) -> bool:
+    return board.note(slot, finished.job_id, finished.lease, finished.seconds, finished.result)
+
+
 def test_a_slot_holds_what_was_noted_until_it_is_written():
     board = FinishedBoard(3)
     first, second = Finished(7, 70, 0.25, '{"pid": 1}'), Finished(8, 80, 0.5, None)
-    assert board.note(1, first) and board.note(1, second)
+    assert note(board, 1, first) and note(board, 1, second)
     assert board.take(2) == []
     upto = board.end(1)
-    board.note(1, Finished(9, 90, 0.125, "[]"))  # noted while the write of the first two ran
+    note(board, 1, Finished(9, 90, 0.125, "[]"))  # noted while the write of the first two ran
     board.written(1, upto)
     assert board.take(1) == [Finished(9, 90, 0.125, "[]")]
     assert board.take(1) == []  # taking clears the slot
@@ -25,18 +29,18 @@ def test_a_slot_holds_what_was_noted_until_it_is_written():
 
 def test_a_slot_written_in_full_starts_again_from_its_first_byte():
     board = FinishedBoard(1)
-    board.note(0, Finished(1, 10, 0.0, None))
+    note(board, 0, Finished(1, 10, 0.0, None))
     board.written(0, board.end(0))
     assert board.end(0) == 0
-    board.note(0, Finished(2, 20, 0.0, None))
+    note(board, 0, Finished(2, 20, 0.0, None))
     assert board.take(0) == [Finished(2, 20, 0.0, None)]
 
 
 def test_a_result_that_does_not_fit_is_not_noted():
     board = FinishedBoard(1)
-    assert not board.note(0, Finished(1, 10, 0.0, '"' + "x" * AREA + '"'))
+    assert not note(board, 0, Finished(1, 10, 0.0, '"' + "x" * AREA + '"'))
     notes = 0
-    while board.note(0, Finished(notes, 1, 0.0, '"' + "y" * 200 + '"')):
+    while note(board, 0, Finished(notes, 1, 0.0, '"' + "y" * 200 + '"')):
         notes += 1
     assert 0 < notes < AREA // 200
     assert len(board.take(0)) == notes
@@ -46,7 +50,7 @@ def test_a_forked_worker_notes_what_its_supervisor_takes_after_its_death():
     board = FinishedBoard(2)
     pid = os.fork()
     if pid == 0:
-        board.note(1, Finished(5, 50, 1.5, '{"ok": "sp ace"}'))
+        note(board, 1, Finished(5, 50, 1.5, '{"ok": "sp ace"}'))
         os._exit(0)
     os.waitpid(pid, 0)
     assert board.take(1) == [Finished(5, 50, 1.5, '{"ok": "sp ace"}')]

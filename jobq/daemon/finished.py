@@ -59,20 +59,20 @@ class FinishedBoard:
     def _set_header(self, slot: int, start: int, end: int) -> None:
         _HEADER.pack_into(self._board, slot * AREA, start, end)
 
-    def note(self, slot: int, finished: Finished) -> bool:
-        """Append ``finished`` to the slot; False when the slot has no room for it (then
-        write it before the next job starts)."""
-        start, end = self._header(slot)
+    def note(self, slot: int, job_id: int, lease: int, seconds: float, result: str | None) -> bool:
+        """Append a :class:`Finished` job to the slot; False when the slot has no room for
+        it (then write it before the next job starts). Per job: its fields, no object."""
+        base = slot * AREA
+        start, end = _HEADER.unpack_from(self._board, base)
         end = end or _HEADER.size
-        result = finished.result.encode() if finished.result is not None else b""
-        size = _RECORD.size + _padded(len(result))
+        data = b"" if result is None else result.encode()
+        size = _RECORD.size + _padded(len(data))
         if end + size > AREA:
             return False
-        offset = slot * AREA + end
-        length = len(result) if finished.result is not None else _NO_RESULT
-        _RECORD.pack_into(self._board, offset, finished.job_id, finished.lease, finished.seconds, length)
-        self._board[offset + _RECORD.size : offset + _RECORD.size + len(result)] = result
-        self._set_header(slot, start or _HEADER.size, end + size)
+        _RECORD.pack_into(self._board, base + end, job_id, lease, seconds, _NO_RESULT if result is None else len(data))
+        if data:
+            self._board[base + end + _RECORD.size : base + end + _RECORD.size + len(data)] = data
+        _HEADER.pack_into(self._board, base, start or _HEADER.size, end + size)
         return True
 
     def end(self, slot: int) -> int:

@@ -24,7 +24,7 @@ from jobq import claims
 from jobq.claims import Claim
 from jobq.daemon.batch import Hand
 from jobq.daemon.execution import RunResult
-from jobq.daemon.finished import Finished, FinishedBoard
+from jobq.daemon.finished import FinishedBoard
 from jobq.daemon.session import ClaimSession
 from jobq.db import Connection
 
@@ -84,9 +84,7 @@ class Outcomes:
             (self._done if result.ok else self._snoozed if result.snooze is not None else self._failed).append(outcome)
             if self._oldest is None:
                 self._oldest = time.monotonic()
-            noted = result.ok and self.board.note(
-                self.slot, Finished(claim.job_id, claim.lease, result.seconds, result.result_json)
-            )
+            noted = result.ok and self.board.note(self.slot, claim.job_id, claim.lease, result.seconds, result.result_json)
             self._unnoted = self._unnoted or not noted
 
     def due(self) -> bool:
