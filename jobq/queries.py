@@ -472,6 +472,10 @@ JOB_LOCK_STALE = (
     "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )
 
+# JOB_UNLOCK: let go of the advisory locks of jobs this session took and will not
+# write after all (a recovery whose write failed: it tries again next pass).
+JOB_UNLOCK = "SELECT pg_advisory_unlock(%(lock_base)s | id) FROM unnest(%(ids)b::bigint[]) AS s(id)"
+
 # JOB_RELEASE_ORPHANS_OF_WORKER: after a reconnect, claimed jobs of this worker that it
 # does not know it holds (a claim that committed while its answer was lost with the
 # connection) go back to pending at once, no attempt counted; the worker runs no job

@@ -124,6 +124,32 @@ def test_the_jobs_a_gone_worker_had_finished_are_recorded_done_under_their_lease
     assert advisory_locks(conn) == {}
 
 
+REFUSE_UPDATES = """
+CREATE FUNCTION test_refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'refused by test_refuse_updates'; END $$;
+CREATE TRIGGER test_refuse_updates BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION test_refuse_updates();
+"""
+
+
+def test_a_recovery_whose_write_fails_lets_go_of_the_locks_it_took_and_succeeds_next_pass(conn, worker_session):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    current, finished = claim(worker_session, 2, worker_id="host:6:abc")
+    end_session(worker_session, conn)
+    gone = reports.Gone("host:6:abc", current.job.id, current.lease, "crash", 7, "exit code 1",
+                        (Finished(finished.job.id, finished.lease, 0.1, None),))
+    conn.execute(REFUSE_UPDATES)
+    try:
+        for _ in range(2):  # each failed pass takes the locks and lets them go again
+            with pytest.raises(psycopg.errors.RaiseException):
+                reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+            assert advisory_locks(conn) == {}
+    finally:
+        conn.execute("DROP TRIGGER test_refuse_updates ON jobs; DROP FUNCTION test_refuse_updates()")
+    recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+    assert (recovered.retried, recovered.completed) == (1, 1)
+    assert advisory_locks(conn) == {}  # taken once, let go once: a lock taken twice would be left
+
+
 def test_recovering_a_worker_whose_session_lives_touches_nothing(conn, worker_session):
     jobq.enqueue("noop", conn=conn)
     (current,) = claim(worker_session, 1, worker_id="host:2:abc")

@@ -77,7 +77,7 @@ def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovere
         _count(conn, rows, RECLAIMED_COUNTER, recovered)
         return recovered
 
-    recovered = _in_one_transaction(conn, write)  # the outcomes and their count commit together
+    recovered = _in_one_transaction(conn, rows, write, lock_base)  # the outcomes and their count commit together
     if recovered.changed:
         log.warning(
             "reaper.reclaimed released=%s retried=%s dead=%s superseded=%s jobs=%s",
@@ -119,7 +119,7 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
             _count(conn, rows, RECLAIMED_COUNTER, recovered)
         return recovered
 
-    recovered = _in_one_transaction(conn, write)  # no reader sees an outcome without its count
+    recovered = _in_one_transaction(conn, rows + done, write, lock_base)  # no reader sees an outcome without its count
     in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
     recovered.busy = int(in_flight)
     if recovered.changed:
@@ -131,18 +131,33 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     return recovered
 
 
-def _in_one_transaction(conn: Connection, write: Callable[[], Recovered]) -> Recovered:
-    """``write()`` in one transaction, sent again after a key taken meanwhile (the
-    rolled-back attempt let go of no lock of the job it failed on)."""
+def _in_one_transaction(
+    conn: Connection, rows: list[LostJob], write: Callable[[], Recovered], lock_base: int
+) -> Recovered:
+    """``write()`` of the locked ``rows`` in one transaction, sent again after a key
+    taken meanwhile (the rolled-back attempt let go of no lock of the job it failed
+    on). If it fails for good, the rows' locks are let go (session locks outlive the
+    rollback; kept, they would keep the jobs from everyone, and a retry would take
+    them a second time) and the error raised."""
     for attempt in range(claims.KEY_RETRIES + 1):
         try:
             with conn.transaction():
                 return write()
         except psycopg.IntegrityError as exc:
-            if not claims.key_taken_meanwhile(exc) or attempt == claims.KEY_RETRIES:
-                raise
-            log.info("reaper.key_taken_meanwhile: written again")
+            if claims.key_taken_meanwhile(exc) and attempt < claims.KEY_RETRIES:
+                log.info("reaper.key_taken_meanwhile: written again")
+                continue
+            _unlock(conn, rows, lock_base)
+            raise
+        except psycopg.Error:
+            _unlock(conn, rows, lock_base)
+            raise
     raise AssertionError("unreachable")
+
+
+def _unlock(conn: Connection, rows: list[LostJob], lock_base: int) -> None:
+    if rows and not conn.broken:
+        conn.execute(queries.JOB_UNLOCK, {"ids": [r.job_id for r in rows], "lock_base": lock_base})
 
 
 def _reason(gone: Gone) -> str | None:
