@@ -278,13 +278,37 @@ JOB_CLAIM = (
     "pg_try_advisory_lock(%(lock_base)s | j.id)"
 )
 
+# CLAIM_SESSION_NO_SORT: a worker's claim session never sorts to find the next jobs.
+# Planned without statistics (a jobs table not analysed yet, with a backlog of 50,000
+# jobs), the claim read every due job of its queue through jobs_pending_run_at_idx and
+# sorted them all, 23-80 ms a claim, instead of reading the first ones in claim order
+# from jobs_pending_claim_idx, 1-2 ms. With sorting off, the planner takes an index in
+# the right order wherever there is one; a statement that cannot do without a sort (a
+# handful of rows to order, as in the counters' trigger) still sorts.
+CLAIM_SESSION_NO_SORT = "SET enable_sort = off"
+
+
+# The status test of a write by id (a batch's starts, heartbeats and outcomes, a
+# re-lock): spelt as a CASE, which the planner cannot match to the partial index
+# jobs_inflight_heartbeat_idx. With statistics taken while few jobs were in flight,
+# the planner would otherwise scan that whole index (every job in flight, and every
+# entry left since the last vacuum) and hash-join it with the batch, instead of one
+# primary-key probe per job: 8 workers drained 7,800 jobs/s that way instead of
+# 13,700 (benchmark/README.md).
+def _status_is(*statuses: str) -> str:
+    return "CASE j.status " + " ".join(f"WHEN '{s}' THEN true" for s in statuses) + " ELSE false END"
+
+
+BY_ID_IN_FLIGHT = _status_is("claimed", "running")
+
+
 # JOB_START_IF_LEASED: claimed -> running, guarded by lease and status; started_at is
 # the database's now() less the time the worker has already been running it.
 JOB_START_IF_LEASED = (
     "UPDATE jobs AS j SET status = 'running', heartbeat_at = now(), "
     "started_at = now() - make_interval(secs => s.elapsed) "
     "FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(elapsed)b::float8[]) AS s(id, lease, elapsed) "
-    "WHERE j.id = s.id AND j.lease = s.lease AND j.status = 'claimed' "
+    "WHERE j.id = s.id AND j.lease = s.lease AND " + _status_is("claimed") + " "
     "RETURNING j.id"
 )
 
@@ -293,7 +317,7 @@ JOB_START_IF_LEASED = (
 JOB_HEARTBEAT_IF_LEASED = (
     "UPDATE jobs AS j SET heartbeat_at = now() "
     "FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) "
-    "WHERE j.id = s.id AND j.lease = s.lease AND j.status IN ('claimed', 'running') "
+    "WHERE j.id = s.id AND j.lease = s.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id"
 )
 
@@ -306,7 +330,7 @@ JOB_COMPLETE_IF_LEASED = (
     "done AS (UPDATE jobs AS j SET status = 'done', result = o.result, error = NULL, "
     "completed_at = now(), heartbeat_at = now(), "
     "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)) "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, done.id IS NOT NULL, "
     "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
@@ -352,7 +376,7 @@ JOB_FAIL_IF_LEASED = (
     "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)), "
     "errors = j.errors || jsonb_build_array(jsonb_build_object("
     "'attempt', j.attempt, 'error', o.error, 'worker_id', j.worker_id, 'at', now())) "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id, j.type, j.queue, j.payload, j.priority, j.max_retries, j.error, j.attempt, "
     "j.errors, j.worker_id, j.status, j.run_at), "
     "dead AS (INSERT INTO dead_letter_jobs AS d (original_id, type, queue, payload, priority, max_retries, "
@@ -374,7 +398,7 @@ JOB_RELEASE_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(locked)b::bool[]) "
     "AS o(id, lease, locked)), "
     "released AS (UPDATE jobs AS j SET status = 'pending', started_at = NULL "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, released.id IS NOT NULL, " + _unlock_after("released") + " "
     "FROM o LEFT JOIN released ON released.id = o.id"
@@ -388,7 +412,7 @@ JOB_CANCEL_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(locked)b::bool[]) "
     "AS o(id, lease, locked)), "
     "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, cancelled.id IS NOT NULL, "
     "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
@@ -399,8 +423,8 @@ JOB_CANCEL_IF_LEASED = (
 # heartbeat thread; guarded by lease and status (primary key). No status change: the
 # counters' trigger finds nothing to count.
 JOB_PROGRESS_SET_IF_LEASED = (
-    "UPDATE jobs SET progress = %(progress)s::jsonb "
-    "WHERE id = %(id)s AND lease = %(lease)s AND status IN ('claimed', 'running') RETURNING id"
+    "UPDATE jobs AS j SET progress = %(progress)s::jsonb "
+    "WHERE j.id = %(id)s AND j.lease = %(lease)s AND " + BY_ID_IN_FLIGHT + " RETURNING j.id"
 )
 
 # JOB_SNOOZE_IF_LEASED: claimed|running -> pending with run_at pushed by each job's
@@ -412,7 +436,7 @@ JOB_SNOOZE_IF_LEASED = (
     "%(locked)b::bool[]) AS o(id, lease, delay, locked)), "
     "snoozed AS (UPDATE jobs AS j SET status = 'pending', run_at = now() + make_interval(secs => o.delay), "
     "snoozes = j.snoozes + 1, started_at = NULL, heartbeat_at = now() "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND j.status IN ('claimed', 'running') "
+    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, snoozed.id IS NOT NULL, " + _unlock_after("snoozed") + " "
     "FROM o LEFT JOIN snoozed ON snoozed.id = o.id"
@@ -427,7 +451,7 @@ JOB_SNOOZE_IF_LEASED = (
 JOB_RELOCK_IF_LEASED = (
     "WITH mine AS MATERIALIZED (SELECT j.id FROM jobs AS j "
     "JOIN unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) ON j.id = s.id AND j.lease = s.lease "
-    "WHERE j.status IN ('claimed', 'running') FOR UPDATE OF j) "
+    "WHERE " + BY_ID_IN_FLIGHT + " FOR UPDATE OF j) "
     "SELECT s.id, mine.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
     "FROM unnest(%(ids)b::bigint[]) AS s(id) LEFT JOIN mine ON mine.id = s.id"
 )
@@ -457,6 +481,10 @@ JOB_LOCK_STALE = (
     "ORDER BY heartbeat_at LIMIT %(limit)s) "
     "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )
+
+# JOB_UNLOCK: let go of the advisory locks of jobs this session took and will not
+# write after all (a recovery whose write failed: it tries again next pass).
+JOB_UNLOCK = "SELECT pg_advisory_unlock(%(lock_base)s | id) FROM unnest(%(ids)b::bigint[]) AS s(id)"
 
 # JOB_RELEASE_ORPHANS_OF_WORKER: after a reconnect, claimed jobs of this worker that it
 # does not know it holds (a claim that committed while its answer was lost with the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import subprocess
 import time
 
@@ -49,6 +50,14 @@ def ledger_slow_first(job: jobq.Job) -> dict:
     """Sleeps payload.seconds on its first attempt only: a run that a fault interrupts."""
     if job.attempt == 0:
         time.sleep(job.payload["seconds"])
+    return _ledger(job)
+
+
+@jobq.register("ledger_killed_first")
+def ledger_killed_first(job: jobq.Job) -> dict:
+    """On its first attempt, kills its own worker (SIGKILL) at once; then as ``ledger``."""
+    if job.attempt == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
     return _ledger(job)
 
 

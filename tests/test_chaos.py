@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import time
+from collections import Counter
 
 import psycopg
 import pytest
@@ -68,13 +69,17 @@ def finished(conn, jobs) -> bool:
     return found.get("done", 0) + found.get("dead", 0) == len(jobs)
 
 
-def tally(conn, scenario: str, jobs, daemons, *, reruns: int = 0, deaths: bool = False) -> None:
+def tally(
+    conn, scenario: str, jobs, daemons, *, reruns: int = 0, deaths: bool = False, supervisor_killed: bool = False
+) -> None:
     """Stop the daemons (TERM), then check and print the ledger of ``jobs``: none lost,
     each outcome recorded once, no lock or process left, and no handler that ran to
     completion twice but ``reruns`` of them. With ``deaths`` (workers killed, from
     outside or by their jobs, any number), a job may run twice only if its first run
-    was on a worker that then died: the job it was running, and those it had finished
-    in the few milliseconds before their outcomes were written."""
+    was on a worker that then died, and only the one job it was running at its death
+    (the jobs it had finished are recorded from the finished board, never run again).
+    With ``supervisor_killed``, the board died too: a dead worker's jobs finished in
+    its last few milliseconds may also run again."""
     dead_workers = {pid for (pid,) in conn.execute("SELECT DISTINCT pid FROM test_ledger") if not alive(pid)}
     for d in daemons:
         if alive(d.pid):
@@ -93,7 +98,10 @@ def tally(conn, scenario: str, jobs, daemons, *, reruns: int = 0, deaths: bool =
             "SELECT DISTINCT ON (job_id) job_id, pid FROM test_ledger WHERE job_id IN "
             "(SELECT job_id FROM test_ledger GROUP BY job_id HAVING count(*) > 1) ORDER BY job_id, at"
         ).fetchall()
-        assert {pid for _, pid in first_runs} <= dead_workers
+        first_pids = [pid for _, pid in first_runs]
+        assert set(first_pids) <= dead_workers
+        if not supervisor_killed:
+            assert max(Counter(first_pids).values(), default=0) <= 1
     else:
         assert duplicates <= reruns
     # each outcome recorded once: done entered once per job, one dead letter per dead
@@ -130,6 +138,22 @@ def test_jobs_finished_before_a_long_one_are_recorded_and_never_run_again_after_
     wait_for(lambda: jobq.get(long.id, conn=ledger).status == "done", 30, "the long job done after the kill")
     assert runs(ledger) == {**{j.id: 1 for j in short}, long.id: 1}
     assert job_locks(ledger) == set()
+
+
+def test_jobs_finished_just_before_a_kill_are_recorded_and_only_the_running_one_runs_again(ledger, daemon):
+    # One worker claims 1, 2, 4, 8, then 16: the last 15 short jobs and the killer, which
+    # kills its worker within microseconds of the job before it, whose outcome (and
+    # most of its batch's) still waits in the worker's buffer.
+    short = jobq.enqueue_many([{"type": "ledger", "priority": 9}] * 30, conn=ledger)
+    killer = jobq.enqueue("ledger_killed_first", priority=1, conn=ledger)
+    d = daemon(1)
+    wait_for(lambda: finished(ledger, [*short, killer]), 30, "every job done after the kill")
+    assert runs(ledger) == {**{j.id: 1 for j in short}, killer.id: 1}
+    assert {jobq.get(j.id, conn=ledger).attempt for j in short} == {0}
+    again = jobq.get(killer.id, conn=ledger)
+    assert again.attempt == 1 and "worker process died while running this job" in again.errors[0]["error"]
+    assert "completed=" in d.log() and "completed=0 " not in d.log()  # recorded by maintenance
+    tally(ledger, "worker killed just after finishing jobs", [*short, killer], [d], deaths=True)
 
 
 def test_a_supervisor_killed_mid_job_takes_its_worker_along_and_the_job_comes_back_with_an_attempt(ledger, daemon):
@@ -222,7 +246,7 @@ def test_the_supervisor_killed_and_replaced_mid_drain(ledger, daemon):
     first.wait(5)
     second = daemon(2)
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
-    tally(ledger, "the supervisor killed -9 and replaced", jobs, [first, second], deaths=True)
+    tally(ledger, "the supervisor killed -9 and replaced", jobs, [first, second], deaths=True, supervisor_killed=True)
 
 
 def test_poison_jobs_that_exit_segfault_or_hang_among_ordinary_ones(ledger, daemon):

@@ -8,6 +8,7 @@ import pytest
 import jobq
 from jobq import claims
 from jobq.daemon import presence, reaper, reports
+from jobq.daemon.finished import Finished
 from jobq.settings import Settings
 from daemon import wait_for
 from support import LOCK_BASE, advisory_locks, claim
@@ -103,6 +104,50 @@ def test_a_gone_workers_current_job_is_recovered_by_why_it_is_gone(conn, worker_
     other = jobq.get(queued.job.id, conn=conn)
     assert (other.status, other.attempt) == ("pending", 0)  # claimed, never started: no attempt
     assert jobq.counts(conn=conn).totals.get("timeouts_total", 0) == (1 if kind == "timeout" else 0)
+
+
+def test_the_jobs_a_gone_worker_had_finished_are_recorded_done_under_their_lease(conn, worker_session):
+    jobq.enqueue_many([{"type": "noop"}] * 4, conn=conn)
+    done, stale, current, queued = claim(worker_session, 4, worker_id="host:5:abc")
+    end_session(worker_session, conn)
+    finished = (Finished(done.job.id, done.lease, 0.25, '{"n": 1}'), Finished(stale.job.id, stale.lease + 1, 0.5, None))
+    gone = reports.Gone("host:5:abc", current.job.id, current.lease, "crash", 7, "killed by signal 9", finished)
+    recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+    assert (recovered.completed, recovered.released, recovered.retried, recovered.busy) == (1, 2, 1, 0)
+    row = jobq.get(done.job.id, conn=conn)
+    assert (row.status, row.attempt, row.result, row.errors) == ("done", 0, {"n": 1}, [])
+    # a finished job under another lease is not this run's: released, as any claimed job
+    assert (jobq.get(stale.job.id, conn=conn).status, jobq.get(queued.job.id, conn=conn).status) == ("pending", "pending")
+    assert jobq.get(current.job.id, conn=conn).attempt == 1
+    totals = jobq.counts(conn=conn).totals
+    assert (totals["done_total"], totals["reclaimed_total"]) == (1, 3)
+    assert advisory_locks(conn) == {}
+
+
+REFUSE_UPDATES = """
+CREATE FUNCTION test_refuse_updates() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'refused by test_refuse_updates'; END $$;
+CREATE TRIGGER test_refuse_updates BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION test_refuse_updates();
+"""
+
+
+def test_a_recovery_whose_write_fails_lets_go_of_the_locks_it_took_and_succeeds_next_pass(conn, worker_session):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    current, finished = claim(worker_session, 2, worker_id="host:6:abc")
+    end_session(worker_session, conn)
+    gone = reports.Gone("host:6:abc", current.job.id, current.lease, "crash", 7, "exit code 1",
+                        (Finished(finished.job.id, finished.lease, 0.1, None),))
+    conn.execute(REFUSE_UPDATES)
+    try:
+        for _ in range(2):  # each failed pass takes the locks and lets them go again
+            with pytest.raises(psycopg.errors.RaiseException):
+                reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+            assert advisory_locks(conn) == {}
+    finally:
+        conn.execute("DROP TRIGGER test_refuse_updates ON jobs; DROP FUNCTION test_refuse_updates()")
+    recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+    assert (recovered.retried, recovered.completed) == (1, 1)
+    assert advisory_locks(conn) == {}  # taken once, let go once: a lock taken twice would be left
 
 
 def test_recovering_a_worker_whose_session_lives_touches_nothing(conn, worker_session):

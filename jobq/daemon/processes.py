@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from jobq.daemon import reports
+from jobq.daemon.finished import FinishedBoard
 from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.worker import EXIT_DATABASE_ERROR, EXIT_OK
 
@@ -142,8 +143,9 @@ class WorkerProcess:
     worker_id: str
     reader: reports.Reader
     spawned: float
-    slot: int  # its byte on the idle board, its record on the job board
+    slot: int  # its byte on the idle board, its records on the job and finished boards
     jobs: JobBoard  # what it runs: :meth:`running_job`
+    finished: FinishedBoard  # what it finished and has not written yet: read once it is dead
     control_fd: int = -1  # the write end of its control pipe (cancels, pauses)
     boot_error: str | None = None
     retiring: bool = False  # asked to stop (TERM sent)
@@ -193,7 +195,8 @@ class WorkerProcess:
         code = os.waitstatus_to_exitcode(status)
         kind = self.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
         unasked = self.kill_kind is None and code != EXIT_OK
-        return reports.Gone.of(self.worker_id, self.running_job(), kind, status), unasked
+        gone = reports.Gone.of(self.worker_id, self.running_job(), kind, status, self.finished.take(self.slot))
+        return gone, unasked
 
     def read_reports(self) -> None:
         """Take in what the worker reported since the last read."""

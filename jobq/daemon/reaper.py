@@ -7,7 +7,9 @@ long GC pause) never has its job handed to someone else.
 
 - :func:`recover_worker`: the supervisor saw the process die (a crash, a timeout kill,
   a shutdown kill) and knows which job it was running: that job gets its fenced
-  outcome at once, with the reason; its other claimed jobs go back to pending.
+  outcome at once, with the reason; the jobs it had finished without writing them
+  (from the finished board) are recorded done; its other claimed jobs go back to
+  pending.
 - :func:`reap_stale`: jobs whose heartbeat stopped (a host lost with its
   supervisor): a claimed job goes back to pending with no attempt counted; a
   running one counts a failed attempt, ``worker lost``, so that a job that kills
@@ -53,6 +55,7 @@ class LostJob:
 class Recovered:
     """What one pass of recovery did."""
 
+    completed: int = 0  # done: its handler had returned, the worker died before writing it
     released: int = 0  # back to pending, no attempt counted
     retried: int = 0  # a failed attempt, back to pending after backoff
     dead: int = 0  # a failed attempt, out of retries
@@ -62,7 +65,7 @@ class Recovered:
 
     @property
     def changed(self) -> int:
-        return self.released + self.retried + self.dead + self.superseded
+        return self.completed + self.released + self.retried + self.dead + self.superseded
 
 
 def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovered:
@@ -74,7 +77,7 @@ def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovere
         _count(conn, rows, RECLAIMED_COUNTER, recovered)
         return recovered
 
-    recovered = _in_one_transaction(conn, write)  # the outcomes and their count commit together
+    recovered = _in_one_transaction(conn, rows, write, lock_base)  # the outcomes and their count commit together
     if recovered.changed:
         log.warning(
             "reaper.reclaimed released=%s retried=%s dead=%s superseded=%s jobs=%s",
@@ -92,43 +95,69 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     (died on its own or was killed by someone else), ``cancel`` (killed after its
     cancelled job's grace: that job is already cancelled, its others go back to pending)
     or ``shutdown`` (killed after the graceful timeout: back to pending, no attempt
-    counted). Jobs whose lock is still
-    held (the session has not ended yet) are counted as busy; call again.
+    counted). ``gone.finished`` are jobs whose handler had returned: done, under the
+    lease they ran with. Jobs whose lock is still held (the session has not ended yet)
+    are counted as busy; call again.
     """
     rows = _locked(conn, queries.JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
+    finished = {(f.job_id, f.lease): f for f in gone.finished}
+    done = [row for row in rows if (row.job_id, row.lease) in finished]
+    rows = [row for row in rows if (row.job_id, row.lease) not in finished]
     current = [row for row in rows if row.job_id == gone.job_id and row.lease == gone.lease]
     reasons = {row.job_id: _reason(gone) for row in current}
     def write() -> Recovered:
         recovered = _recover(conn, rows, reasons, settings, lock_base)
+        if done:
+            outcomes = [finished[row.job_id, row.lease] for row in done]
+            results = [f.result for f in outcomes]
+            rejected = claims.complete(conn, done, results, [f.seconds for f in outcomes], lock_base=lock_base).result()  # type: ignore[arg-type]
+            recovered.completed = len(done) - len(rejected)
+            recovered.rejected |= rejected
         if gone.kind == "timeout":
             _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
         elif gone.kind == "crash":
             _count(conn, rows, RECLAIMED_COUNTER, recovered)
         return recovered
 
-    recovered = _in_one_transaction(conn, write)  # no reader sees an outcome without its count
+    recovered = _in_one_transaction(conn, rows + done, write, lock_base)  # no reader sees an outcome without its count
     in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
     recovered.busy = int(in_flight)
     if recovered.changed:
         log.warning(
-            "reaper.recovered_worker worker=%s kind=%s job=%s released=%s retried=%s dead=%s",
-            gone.worker_id, gone.kind, gone.job_id or "-", recovered.released, recovered.retried, recovered.dead,
+            "reaper.recovered_worker worker=%s kind=%s job=%s completed=%s released=%s retried=%s dead=%s",
+            gone.worker_id, gone.kind, gone.job_id or "-", recovered.completed, recovered.released, recovered.retried,
+            recovered.dead,
         )
     return recovered
 
 
-def _in_one_transaction(conn: Connection, write: Callable[[], Recovered]) -> Recovered:
-    """``write()`` in one transaction, sent again after a key taken meanwhile (the
-    rolled-back attempt let go of no lock of the job it failed on)."""
+def _in_one_transaction(
+    conn: Connection, rows: list[LostJob], write: Callable[[], Recovered], lock_base: int
+) -> Recovered:
+    """``write()`` of the locked ``rows`` in one transaction, sent again after a key
+    taken meanwhile (the rolled-back attempt let go of no lock of the job it failed
+    on). If it fails for good, the rows' locks are let go (session locks outlive the
+    rollback; kept, they would keep the jobs from everyone, and a retry would take
+    them a second time) and the error raised."""
     for attempt in range(claims.KEY_RETRIES + 1):
         try:
             with conn.transaction():
                 return write()
         except psycopg.IntegrityError as exc:
-            if not claims.key_taken_meanwhile(exc) or attempt == claims.KEY_RETRIES:
-                raise
-            log.info("reaper.key_taken_meanwhile: written again")
+            if claims.key_taken_meanwhile(exc) and attempt < claims.KEY_RETRIES:
+                log.info("reaper.key_taken_meanwhile: written again")
+                continue
+            _unlock(conn, rows, lock_base)
+            raise
+        except psycopg.Error:
+            _unlock(conn, rows, lock_base)
+            raise
     raise AssertionError("unreachable")
+
+
+def _unlock(conn: Connection, rows: list[LostJob], lock_base: int) -> None:
+    if rows and not conn.broken:
+        conn.execute(queries.JOB_UNLOCK, {"ids": [r.job_id for r in rows], "lock_base": lock_base})
 
 
 def _reason(gone: Gone) -> str | None:

@@ -9,6 +9,10 @@ Supervisor -> maintenance:
     ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
     recover its in-flight jobs. ``kind`` is ``crash``, ``timeout``, ``cancel`` or
     ``shutdown``; job_id and lease are 0 when it ran no job.
+    ``D <worker_id> <job_id> <lease> <seconds> <result>``  before its ``G``, one per
+    job the gone worker had finished and perhaps not written (from the finished board,
+    :mod:`jobq.daemon.finished`); ``result`` is JSON text, empty for none. The
+    :class:`Reader` hands them over inside the ``Gone``, as ``finished``.
 
 Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read
 when a SIGUSR1 says there is something):
@@ -21,7 +25,9 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from jobq.daemon.finished import Finished
 
 PIPE_SIZE = 1 << 20  # room for every message between two reads, whatever comes
 _F_SETPIPE_SZ = 1031
@@ -61,13 +67,30 @@ class Gone:
     kind: str  # crash | timeout | cancel | shutdown
     timeout: float
     detail: str
+    finished: tuple[Finished, ...] = ()  # jobs it had finished, their outcomes perhaps not written
 
     @classmethod
-    def of(cls, worker_id: str, running: Started | None, kind: str, status: int) -> Gone:
-        """The report of a worker that exited with wait ``status`` while it ran ``running``."""
+    def of(
+        cls, worker_id: str, running: Started | None, kind: str, status: int, finished: list[Finished]
+    ) -> Gone:
+        """The report of a worker that exited with wait ``status`` while it ran
+        ``running``, having finished ``finished`` (a job whose handler had returned was
+        no longer running, even if the board still showed it)."""
+        if running is not None and any(f.job_id == running.job_id and f.lease == running.lease for f in finished):
+            running = None
         if running is None:
-            return cls(worker_id, 0, 0, kind, 0.0, describe_exit(status))
-        return cls(worker_id, running.job_id, running.lease, kind, running.timeout, describe_exit(status))
+            return cls(worker_id, 0, 0, kind, 0.0, describe_exit(status), tuple(finished))
+        return cls(
+            worker_id, running.job_id, running.lease, kind, running.timeout, describe_exit(status), tuple(finished)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """One of a gone worker's finished jobs, on its way to maintenance (a ``D`` line)."""
+
+    worker_id: str
+    finished: Finished
 
 
 def describe_exit(status: int) -> str:
@@ -89,14 +112,17 @@ def encode(message: Message) -> bytes:
     elif isinstance(message, Pause):
         line = "P " + _one_line(message.queue)
     else:
-        line = (
+        noted = "".join(
+            f"D {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.result or ''}\n" for f in message.finished
+        )
+        line = noted + (
             f"G {message.worker_id} {message.job_id} {message.lease} {message.kind} "
             f"{message.timeout:g} {_one_line(message.detail)}"
         )
     return line.encode("utf-8", "replace") + b"\n"
 
 
-def decode(line: bytes) -> Message:
+def decode(line: bytes) -> Message | Noted:
     """Parse one line (without its newline). Raises ValueError on garbage."""
     text = line.decode("utf-8", "replace")
     tag, _, rest = text.partition(" ")
@@ -109,6 +135,9 @@ def decode(line: bytes) -> Message:
     if tag == "G":
         worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
         return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
+    if tag == "D":
+        worker_id, job_id, lease, seconds, result = rest.split(" ", 4)
+        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result or None))
     raise ValueError(f"unknown report {text[:40]!r}")
 
 
@@ -122,6 +151,7 @@ class Reader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._partial = b""
+        self._noted: dict[str, list[Finished]] = {}  # D lines waiting for their G
 
     def read(self) -> tuple[list[Message], bool]:
         """The messages available now, and whether the writer has closed the pipe."""
@@ -137,7 +167,15 @@ class Reader:
             chunks.append(chunk)
         data = self._partial + b"".join(chunks)
         *lines, self._partial = data.split(b"\n")
-        return [decode(line) for line in lines if line], closed
+        messages = []
+        for message in (decode(line) for line in lines if line):
+            if isinstance(message, Noted):
+                self._noted.setdefault(message.worker_id, []).append(message.finished)
+            elif isinstance(message, Gone) and message.worker_id in self._noted:
+                messages.append(replace(message, finished=tuple(self._noted.pop(message.worker_id))))
+            else:
+                messages.append(message)
+        return messages, closed
 
 
 def control(payload: str) -> Cancel | Pause | None:

@@ -26,6 +26,7 @@ import time
 
 from jobq.daemon import reports
 from jobq.daemon.idle import IdleBoard
+from jobq.daemon.finished import FinishedBoard
 from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
@@ -62,6 +63,7 @@ class Supervisor:
         self.respawns = Respawns()
         self.idle_board = IdleBoard()  # shared with every worker forked from here
         self.job_board = JobBoard()  # what each worker runs: written by it, read here
+        self.finished_board = FinishedBoard()  # what each worker finished and has not written yet
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -144,7 +146,8 @@ class Supervisor:
         self.idle_board.mark(slot, False)
         self.job_board.show(slot, None)  # its predecessor's last job is not its own
         worker = Worker(
-            self.settings, token, write_fd, self.idle_board, slot, control_fd=control_read, jobs=self.job_board
+            self.settings, token, write_fd, self.idle_board, slot,
+            control_fd=control_read, jobs=self.job_board, finished=self.finished_board,
         )
         supervisor_pid = os.getpid()
         pid = self.system.fork()
@@ -157,7 +160,8 @@ class Supervisor:
         self.system.set_process_group(pid)
         worker_id = worker_name(self.hostname, pid, token)
         self.workers[pid] = WorkerProcess(
-            pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, self.job_board, control_fd=control_write
+            pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, self.job_board, self.finished_board,
+            control_fd=control_write,
         )
         log.info("supervisor.spawned worker=%s", worker_id)
 

@@ -39,6 +39,7 @@ from jobq import claims, declarations, locks, running, schedules
 from jobq.claims import Claim
 from jobq.daemon import batch, execution, presence, reports
 from jobq.daemon.batch import Hand
+from jobq.daemon.finished import FinishedBoard
 from jobq.daemon.heartbeat import Heartbeat
 from jobq.daemon.idle import IdleBoard
 from jobq.daemon.jobboard import JobBoard
@@ -87,6 +88,7 @@ class Worker:
         *,
         control_fd: int = -1,
         jobs: JobBoard | None = None,
+        finished: FinishedBoard | None = None,
     ) -> None:
         self.settings = settings
         self.token = token
@@ -95,7 +97,9 @@ class Worker:
         self.board = board
         self.slot = slot
         self.seat = board.seat(slot)  # who wakes for a notification: wait_for_work
-        self.jobs = jobs or JobBoard(slot + 1)  # the supervisor's, shared; a board of its own when run alone
+        # the supervisor's boards, shared; boards of its own when run alone
+        self.jobs = jobs or JobBoard(slot + 1)
+        self.finished = finished or FinishedBoard(slot + 1)
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = list(settings.queues)
@@ -151,7 +155,9 @@ class Worker:
         except Exception as exc:  # any error while importing a handler module stops the boot
             raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
         url = self.settings.require_database_url()
-        self.outcomes = Outcomes(self.hand, worker_id=self.worker_id, lock_base=self.lock_base)
+        self.outcomes = Outcomes(
+            self.hand, self.finished, self.slot, worker_id=self.worker_id, lock_base=self.lock_base
+        )
         self.session = ClaimSession(
             url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, hand=self.hand
         )
