@@ -1,13 +1,14 @@
 """How fast `jobq worker` drains a backlog, and how soon an idle worker starts a job.
 
     python benchmark/drain.py --jobs 20000 --workers 2 [--rate 200 --latency-jobs 2000]
-                              [--database-url URL] [--log-level INFO] [--json]
+                              [--only drain|latency] [--database-url URL] [--log-level INFO] [--json]
 
 1. Drain: enqueue N noop jobs with enqueue_many, start `jobq worker --concurrency W`,
    wait until every job is done. Jobs/s is measured from the first claim to the last
    completion, both read from the database (claimed_at, completed_at).
 2. Latency: with the workers idle, enqueue jobs one at a time at a steady rate and
-   report enqueue-to-start percentiles (started_at - created_at, database clock).
+   report enqueue-to-start percentiles and the maximum (started_at - created_at,
+   database clock).
 
 Without --database-url an embedded PostgreSQL 16 (default settings, fsync on) is
 started for the run.
@@ -64,7 +65,8 @@ def latency(url: str, n: int, rate: float, workers: int, log_level: str) -> dict
                 jobq.enqueue("noop", conn=conn)
             wait_done(conn, n, timeout=120)
         values = [float(row[0]) * 1000 for row in conn.execute(START_LATENCIES)]
-    return {"jobs": n, "rate_per_s": rate, **{k + "_ms": round(v, 2) for k, v in percentiles(values).items()}}
+    spread = {**percentiles(values), "max": max(values, default=float("nan"))}
+    return {"jobs": n, "rate_per_s": rate, **{k + "_ms": round(v, 2) for k, v in spread.items()}}
 
 
 def main() -> None:
@@ -74,27 +76,29 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--latency-jobs", type=int, default=2000)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--only", choices=("drain", "latency"), help="run one of the two measures")
     parser.add_argument("--database-url")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     with database(args.database_url) as url:
         migrated(url)
-        result = {
-            **environment(),
-            "workers": args.workers,
-            "log_level": args.log_level,
-            "drain": drain(url, args.jobs, args.workers, args.log_level),
-            "latency": latency(url, args.latency_jobs, args.rate, args.workers, args.log_level),
-        }
+        result = {**environment(), "workers": args.workers, "log_level": args.log_level}
+        if args.only != "latency":
+            result["drain"] = drain(url, args.jobs, args.workers, args.log_level)
+        if args.only != "drain":
+            result["latency"] = latency(url, args.latency_jobs, args.rate, args.workers, args.log_level)
     if args.json:
         emit(result, True)
-    else:
-        d, lat = result["drain"], result["latency"]
+        return
+    if "drain" in result:
+        d = result["drain"]
         print(f"drain    {d['jobs']:,} noop jobs, {args.workers} workers: {d['jobs_per_s']:,} jobs/s ({d['seconds']} s)")
+    if "latency" in result:
+        lat = result["latency"]
         print(
             f"latency  enqueue -> start at {lat['rate_per_s']:g} jobs/s: "
-            f"p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, p99 {lat['p99_ms']} ms"
+            f"p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms"
         )
 
 

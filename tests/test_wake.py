@@ -8,6 +8,7 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids
+from jobq.daemon.idle import IdleBoard
 from jobq.daemon.listener import Everyone, Listener
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
@@ -50,6 +51,17 @@ def test_a_notification_declined_leaves_the_listener_asleep(conn, listener):
     started = time.monotonic()
     listener.wait(0.3, waking=Asked(take=False))  # a lower idle worker takes it
     assert time.monotonic() - started >= 0.3
+
+
+def test_a_notification_left_to_a_lower_worker_that_sleeps_on_is_taken_over(conn, listener):
+    board = IdleBoard(2)
+    board.mark(0, True)  # a lower idle worker that never reads its connection
+    board.mark(1, True)
+    jobq.enqueue("noop", conn=conn)
+    started = time.monotonic()
+    listener.wait(5, waking=board.seat(1))
+    assert time.monotonic() - started < 1  # taken over after TAKE_OVER, not left until the timeout
+    assert not board.idle(0)  # covered until it reads
 
 
 def test_a_listener_whose_connection_breaks_returns_at_once_and_then_listens_again(conn, listener):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import select
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import psycopg
 from psycopg import sql
@@ -25,6 +26,41 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "jobq"  # wake-ups: '<queue> <jobs>'
 CONTROL_CHANNEL = "jobq_control"  # operators' actions: 'cancel <id>', 'pause <queue>', 'resume <queue>'
+
+
+class Waking(Protocol):
+    """Who takes a notification (:class:`jobq.daemon.idle.Seat` for a supervisor's workers)."""
+
+    def reading(self) -> None:
+        """The connection is read now."""
+
+    def wakes(self, jobs: int) -> bool:
+        """Whether to take a notification for ``jobs`` jobs of our queues."""
+
+    def next_look(self) -> float | None:
+        """When (monotonic) to call take_over, if a notification was left to others."""
+
+    def take_over(self, now: float) -> bool:
+        """Whether to take, after all, a notification left to others."""
+
+
+class Everyone:
+    """Every notification of our queues wakes us."""
+
+    def reading(self) -> None:
+        pass
+
+    def wakes(self, jobs: int) -> bool:
+        return True
+
+    def next_look(self) -> float | None:
+        return None
+
+    def take_over(self, now: float) -> bool:
+        return False
+
+
+EVERYONE = Everyone()
 
 
 class Listener:
@@ -59,9 +95,10 @@ class Listener:
         self._backoff.reset()
         return True
 
-    def wait(self, timeout: float, wake_fds: Sequence[int] = (), wakes: Callable[[int], bool] = lambda jobs: True) -> None:
-        """Block until a notification for our queues that ``wakes(jobs)`` accepts, a byte
-        on a wake-up fd, or the timeout. Returns at once when the connection breaks (the
+    def wait(self, timeout: float, wake_fds: Sequence[int] = (), waking: Waking = EVERYONE) -> None:
+        """Block until a notification for our queues that ``waking`` takes (at once, or
+        after leaving it to others for a moment), a byte on a wake-up fd, or the timeout.
+        Returns at once when the connection breaks (the
         caller is no longer reachable by NOTIFY: it must not go on counting as a
         listening idle worker), and after a reconnect, which a wait without a connection
         tries as soon as the backoff allows (what was missed meanwhile is unknown: the
@@ -78,12 +115,15 @@ class Listener:
         try:
             while True:
                 # Notifications that arrived meanwhile are waiting in the socket or libpq.
-                if self._ours(wakes):
+                waking.reading()
+                if self._ours(waking):
                     return
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= deadline or waking.take_over(now):
                     return
-                ready, _, _ = select.select(fds, [], [], remaining)
+                look = waking.next_look()
+                until = deadline if look is None else min(deadline, look)
+                ready, _, _ = select.select(fds, [], [], max(0.0, until - now))
                 if any(fd != sock for fd in ready):
                     return  # a wake-up fd
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
@@ -115,7 +155,7 @@ class Listener:
     def listening(self) -> bool:
         return self.conn is not None
 
-    def _ours(self, wakes: Callable[[int], bool]) -> bool:
+    def _ours(self, waking: Waking) -> bool:
         """Read what the socket holds and whether one of the notifications is ours to
         take. Straight from libpq (what ``Connection.notifies()`` does, without its
         generator, lock and timeout machinery: a third of the time from a notification's
@@ -129,7 +169,7 @@ class Listener:
             if taken:
                 continue
             queue, jobs = idle.parse(note.extra.decode(self._encoding))
-            taken = queue in self.queues and wakes(jobs)
+            taken = queue in self.queues and waking.wakes(jobs)
         return taken
 
     def _sleep(self, until: float, wake_fds: Sequence[int]) -> bool:
