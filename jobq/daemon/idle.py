@@ -90,6 +90,10 @@ class Seat:
     def reading(self) -> None:
         self.board.count_read(self.slot)
 
+    def deaf(self) -> None:
+        """Not listening any more (its connection broke): not idle for the others."""
+        self.board.mark(self.slot, False)
+
     def forget(self) -> None:
         """The wait is over (the claim that follows covers every job notified so far)."""
         self._left_to.clear()

@@ -43,6 +43,9 @@ class Waking(Protocol):
     def take_over(self, now: float) -> bool:
         """Whether to take, after all, a notification left to others."""
 
+    def deaf(self) -> None:
+        """The connection broke: notifications no longer reach us."""
+
 
 class Everyone:
     """Every notification of our queues wakes us."""
@@ -58,6 +61,9 @@ class Everyone:
 
     def take_over(self, now: float) -> bool:
         return False
+
+    def deaf(self) -> None:
+        pass
 
 
 EVERYONE = Everyone()
@@ -98,36 +104,43 @@ class Listener:
     def wait(self, timeout: float, wake_fds: Sequence[int] = (), waking: Waking = EVERYONE) -> None:
         """Block until a notification for our queues that ``waking`` takes (at once, or
         after leaving it to others for a moment), a byte on a wake-up fd, or the timeout.
-        Returns at once when the connection breaks (the
-        caller is no longer reachable by NOTIFY: it must not go on counting as a
-        listening idle worker), and after a reconnect, which a wait without a connection
-        tries as soon as the backoff allows (what was missed meanwhile is unknown: the
+        When the connection breaks, ``waking.deaf()`` is told at once (NOTIFY no longer
+        reaches us: not to be counted as a listening idle worker) and the wait goes on
+        without notifications; a wait without a connection reconnects as soon as the
+        backoff allows, and then returns (what was missed meanwhile is unknown: the
         caller looks)."""
         deadline = time.monotonic() + timeout
-        while self.conn is None:  # try again as soon as the backoff allows, not at the deadline
+        if self.conn is not None:
+            try:
+                self._listen(deadline, wake_fds, waking)
+                return
+            except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+                self._drop(exc)
+                waking.deaf()
+        while True:  # without a connection: try again as soon as the backoff allows
             if time.monotonic() >= self._next_attempt and self.connect():
                 log.info("listener.reconnected channel=%s", self.channel)
                 return
             if self._sleep(min(deadline, self._next_attempt), wake_fds) or time.monotonic() >= deadline:
                 return
+
+    def _listen(self, deadline: float, wake_fds: Sequence[int], waking: Waking) -> None:
+        assert self.conn is not None
         sock = self.conn.fileno()
         fds = [sock, *wake_fds]
-        try:
-            while True:
-                # Notifications that arrived meanwhile are waiting in the socket or libpq.
-                waking.reading()
-                if self._ours(waking):
-                    return
-                now = time.monotonic()
-                if now >= deadline or waking.take_over(now):
-                    return
-                look = waking.next_look()
-                until = deadline if look is None else min(deadline, look)
-                ready, _, _ = select.select(fds, [], [], max(0.0, until - now))
-                if any(fd != sock for fd in ready):
-                    return  # a wake-up fd
-        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-            self._drop(exc)
+        while True:
+            # Notifications that arrived meanwhile are waiting in the socket or libpq.
+            waking.reading()
+            if self._ours(waking):
+                return
+            now = time.monotonic()
+            if now >= deadline or waking.take_over(now):
+                return
+            look = waking.next_look()
+            until = deadline if look is None else min(deadline, look)
+            ready, _, _ = select.select(fds, [], [], max(0.0, until - now))
+            if any(fd != sock for fd in ready):
+                return  # a wake-up fd
 
     def payloads(self) -> list[str]:
         """The notifications received so far, without waiting; reconnects when it is
