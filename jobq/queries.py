@@ -278,16 +278,6 @@ JOB_CLAIM = (
     "pg_try_advisory_lock(%(lock_base)s | j.id)"
 )
 
-# CLAIM_SESSION_NO_SORT: a worker's claim session never sorts to find the next jobs.
-# Planned without statistics (a jobs table not analysed yet, with a backlog of 50,000
-# jobs), the claim read every due job of its queue through jobs_pending_run_at_idx and
-# sorted them all, 23-80 ms a claim, instead of reading the first ones in claim order
-# from jobs_pending_claim_idx, 1-2 ms. With sorting off, the planner takes an index in
-# the right order wherever there is one; a statement that cannot do without a sort (a
-# handful of rows to order, as in the counters' trigger) still sorts.
-CLAIM_SESSION_NO_SORT = "SET enable_sort = off"
-
-
 # The status test of a write by id (a batch's starts, heartbeats and outcomes, a
 # re-lock): spelt as a CASE, which the planner cannot match to the partial index
 # jobs_inflight_heartbeat_idx. With statistics taken while few jobs were in flight,

@@ -1,5 +1,4 @@
-"""The worker's statements take the right index whatever the statistics say: its
-writes by id probe the primary key, its claim reads the backlog in claim order.
+"""The worker's writes by id probe the primary key whatever the statistics say.
 
 A queue's statistics are usually taken while few jobs are in flight; the planner then
 believes the partial index of in-flight jobs is nearly empty and, for a batch's
@@ -8,19 +7,11 @@ vacuum) and hash-join it with the batch. That took 8 workers from 13,700 to 7,80
 a second; each statement here must be one primary-key probe per job instead.
 """
 
-import os
-import threading
-
 import psycopg
 import pytest
-from psycopg import conninfo, sql
 
 import jobq
 from jobq import queries
-from jobq.daemon.batch import Hand
-from jobq.daemon.session import ClaimSession
-from jobq.migrate import migrate
-from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import LOCK_BASE, claim, complete
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
@@ -61,36 +52,3 @@ def test_a_write_by_id_probes_the_primary_key(in_flight, name):
     with conn.transaction():
         plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + getattr(queries, name), params))
     assert "jobs_pkey" in plan and "jobs_inflight_heartbeat_idx" not in plan, plan
-
-
-@pytest.fixture
-def unanalysed_backlog(database_url):
-    """A database of its own whose jobs table holds 50,000 pending jobs and has never
-    been analysed (no statistics: the planner's guesses)."""
-    name = f"jobq_plans_{os.getpid()}"
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = conninfo.make_conninfo(database_url, dbname=name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-            conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = off)")
-            for _ in range(50):
-                jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
-        yield url
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def test_a_claim_session_reads_the_backlog_in_claim_order_even_without_statistics(unanalysed_backlog):
-    session = ClaimSession(
-        unanalysed_backlog, worker_id="plans:1:x", lock_base=LOCK_BASE, stopping=threading.Event(), hand=Hand()
-    )
-    session.connect()
-    try:
-        params = {"queues": ["default"], "worker_id": "plans:1:x", "limit": 50, "lock_base": LOCK_BASE}
-        plan = "\n".join(row[0] for row in session.conn.execute("EXPLAIN " + queries.JOB_CLAIM, params))
-    finally:
-        session.close()
-    assert "jobs_pending_claim_idx" in plan and "jobs_pending_run_at_idx" not in plan, plan
