@@ -146,7 +146,7 @@ def test_jobs_finished_just_before_a_kill_are_recorded_and_only_the_running_one_
     # most of its batch's) still waits in the worker's buffer.
     short = jobq.enqueue_many([{"type": "ledger", "priority": 9}] * 30, conn=ledger)
     killer = jobq.enqueue("ledger_killed_first", priority=1, conn=ledger)
-    d = daemon(1)
+    d = daemon(1, JOBQ_CLAIM_BATCH="50")
     wait_for(lambda: finished(ledger, [*short, killer]), 30, "every job done after the kill")
     assert runs(ledger) == {**{j.id: 1 for j in short}, killer.id: 1}
     assert {jobq.get(j.id, conn=ledger).attempt for j in short} == {0}
