@@ -77,8 +77,8 @@ def tally(
     completion twice but ``reruns`` of them. With ``deaths`` (workers killed, from
     outside or by their jobs, any number), a job may run twice only if its first run
     was on a worker that then died, and only the one job it was running at its death
-    (the jobs it had finished are recorded from the finished board, never run again).
-    With ``supervisor_killed``, the board died too: a dead worker's jobs finished in
+    (the jobs it had finished are recorded from its finished area, never run again).
+    With ``supervisor_killed``, the shared memory died too: a dead worker's jobs finished in
     its last few milliseconds may also run again."""
     dead_workers = {pid for (pid,) in conn.execute("SELECT DISTINCT pid FROM test_ledger") if not alive(pid)}
     for d in daemons:
