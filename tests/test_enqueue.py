@@ -5,6 +5,7 @@ import psycopg
 import pytest
 
 import jobq
+import jobq.submit
 from jobq.errors import InvalidArgument
 
 pytestmark = pytest.mark.db
@@ -138,3 +139,39 @@ def test_a_key_is_free_again_once_its_job_is_gone(conn):
     first = jobq.enqueue("noop", idempotency_key="k", conn=conn)
     jobq.delete(first.id, conn=conn)
     assert jobq.enqueue("noop", idempotency_key="k", conn=conn).id != first.id
+
+
+AWKWARD_TAGS = ['a,b', '{braces}', 'quo"te', 'back\\slash', 'NULL', ' spaced ', 'ünï €']
+
+
+def varied(n: int) -> list[dict]:
+    """Jobs that differ in every column the insert writes."""
+    return [
+        {"type": f"t{i % 3}", "queue": "q" if i % 2 else "default", "payload": {"i": i, "s": "é\\u0000"},
+         "priority": 1 + i % 10, "max_retries": i % 11, "tags": AWKWARD_TAGS if i % 4 == 0 else None,
+         "run_at": datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=i % 5))) if i % 5 else None}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n", [2, jobq.submit.COPY_THRESHOLD - 1, jobq.submit.COPY_THRESHOLD, 1500])
+def test_enqueue_many_returns_each_job_as_it_was_stored(conn, n):
+    # Small batches go in by one array INSERT, from COPY_THRESHOLD on by COPY: the jobs
+    # returned are built by the client, and must be the rows as stored, field by field.
+    jobs = jobq.enqueue_many(varied(n), conn=conn)
+    assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
+    assert [job.payload["i"] for job in jobs] == list(range(n))
+    assert len({job.created_at for job in jobs}) == 1 and all(job.unique_while == "always" for job in jobs)
+    keyed = jobq.enqueue_many([{"type": "k", "idempotency_key": f"k{i}", "unique_while": "pending"} for i in range(n)], conn=conn)
+    assert keyed == [jobq.get(job.id, conn=conn) for job in keyed]
+
+
+def test_a_copied_batch_in_the_callers_transaction_is_stored_at_its_commit(database_url, conn, listener):
+    with psycopg.connect(database_url) as other:  # not autocommit: reservation, COPY and rows in one transaction
+        jobs = jobq.enqueue_many([{"type": "noop", "queue": "c"}] * jobq.submit.COPY_THRESHOLD, conn=other)
+        assert job_count(conn) == 0 and notifications(listener) == []
+        (now,) = other.execute("SELECT now()").fetchone()
+        other.commit()
+    assert notifications(listener) == [f"c {jobq.submit.COPY_THRESHOLD}"]
+    assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
+    assert {job.created_at for job in jobs} == {job.run_at for job in jobs} == {now}  # the defaults' value
