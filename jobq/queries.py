@@ -80,19 +80,14 @@ JOB_IDS_RESERVE = (
     "FROM generate_series(1, %(n)s))"
 )
 
-# JOB_COPY: many rows without idempotency keys, in COPY's binary format, with the
-# reserved ids and the reservation's timestamp as created_at; the statement-level
-# trigger counts them and sends one wake-up per queue. JOB_COPY_WITH_TAGS: the same
-# with tags, when some of the rows have them. *_TYPES: the wire type of each column, in
-# order (binary COPY carries no types: each must be the column's own). The payload
-# goes as jsonb's binary form, already made by the client (a version byte, then the
-# checked JSON text), so as raw bytes.
+# JOB_COPY: many rows without idempotency keys, in COPY's binary format (made by
+# jobq.copy_rows), with the reserved ids and the reservation's timestamp as created_at;
+# the statement-level trigger counts them and sends one wake-up per queue.
+# JOB_COPY_WITH_TAGS: the same with tags, when some of the rows have them.
 JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at) FROM STDIN (FORMAT BINARY)"
-JOB_COPY_TYPES = ["int8", "text", "text", "bytea", "int2", "int4", "timestamptz", "timestamptz"]
 JOB_COPY_WITH_TAGS = (
     "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at, tags) FROM STDIN (FORMAT BINARY)"
 )
-JOB_COPY_WITH_TAGS_TYPES = JOB_COPY_TYPES + ["text[]"]
 
 # JOB_INSERT_MANY: many rows, some with idempotency keys, from parallel arrays in one
 # statement; returns what the caller cannot know (id, run_at and created_at defaults).

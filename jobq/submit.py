@@ -20,6 +20,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from jobq import queries
+from jobq.copy_rows import job_rows
 from jobq.db import Connection, connection, first_line
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
@@ -38,8 +39,6 @@ from jobq.spec import (
 COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
 # Positions in a spec Row that are read by name here.
 RUN_AT, KEY, TAGS, SCOPE = 5, 6, 7, 8
-# jsonb's binary input: a version byte, then the JSON text (sent as is, already checked).
-JSONB_VERSION = b"\x01"
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
 # A key's holder can leave its scope (be claimed, finish) between the insert that met it
 # and the read of it: the insert is tried again, this many times at most.
@@ -258,15 +257,10 @@ def _copy(conn: Connection, rows: list[Row]) -> list[Job]:
     reservation's timestamp as created_at (and run_at for those due now): what the column
     defaults would give in one transaction, and the same in autocommit."""
     now, ids = conn.execute(queries.JOB_IDS_RESERVE, {"n": len(rows)}).fetchone()  # type: ignore[misc]
-    # The tags column only when some job has tags: a column fewer per row otherwise.
+    # The tags column only when some job has tags: a field fewer per row otherwise.
     tagged = any(row[TAGS] for row in rows)
     with conn.cursor().copy(queries.JOB_COPY_WITH_TAGS if tagged else queries.JOB_COPY) as copy:
-        copy.set_types(queries.JOB_COPY_WITH_TAGS_TYPES if tagged else queries.JOB_COPY_TYPES)
-        write = copy.write_row
-        for job_id, (type_, queue, payload, priority, max_retries, run_at, _, tags, _) in zip(ids, rows):
-            values = (job_id, type_, queue, JSONB_VERSION + payload.json_text.encode(), priority, max_retries,
-                      run_at or now, now)
-            write(values + (tags,) if tagged else values)
+        copy.write(job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding))
     return [_new_job(row, job_id, row[RUN_AT] or now, now) for job_id, row in zip(ids, rows)]
 
 
