@@ -185,12 +185,14 @@ def storable_json(value: Any) -> str:
         text = _ENCODER.encode(value)
     except ValueError as exc:
         raise ValueError("holds NaN or Infinity, which JSON cannot carry" if "JSON compliant" in str(exc) else str(exc)) from None
-    if _ESCAPED_NUL.search(text):
+    # (The cheap tests first: most payloads have no "\u0000" at all, and are ASCII.)
+    if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise ValueError("contains a NUL character, which PostgreSQL cannot store")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("contains a lone surrogate, which is not valid Unicode") from None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("contains a lone surrogate, which is not valid Unicode") from None
     # Nesting depth is at most the number of containers: walk only when that could exceed the limit.
     if text.count("{") + text.count("[") > MAX_PAYLOAD_DEPTH:
         _check_depth(value, 0)
