@@ -260,8 +260,10 @@ def _copy(conn: Connection, rows: list[Row]) -> list[Job]:
     # The tags column only when some job has tags: a field fewer per row otherwise.
     tagged = any(row[TAGS] for row in rows)
     with conn.cursor().copy(queries.JOB_COPY_WITH_TAGS if tagged else queries.JOB_COPY) as copy:
-        copy.write(job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding))
-    return [_new_job(row, job_id, row[RUN_AT] or now, now) for job_id, row in zip(ids, rows)]
+        for data in job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding):
+            copy.write(data)  # the server takes in these rows while the next are made...
+        # ...and the last ones while the jobs are built
+        return [_new_job(row, job_id, row[RUN_AT] or now, now) for job_id, row in zip(ids, rows)]
 
 
 def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Job], set[int]]:
