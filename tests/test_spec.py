@@ -1,4 +1,5 @@
 import dataclasses
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -190,3 +191,20 @@ def test_only_the_jobs_that_are_not_plain_go_through_a_jobspec(monkeypatch):
     assert len(parse_rows(plain)) == 1000 and validated == []
     parse_rows([*plain, {"type": "noop", "run_at": "2030-01-02T03:04:05Z"}])
     assert validated == [{"type": "noop", "run_at": "2030-01-02T03:04:05Z"}]
+
+
+@pytest.mark.parametrize("payload", [{}, {"é": "ü\u2028\x1f\"\\", "n": None, "b": [True, False, 1.5, -0.0, 10**30], "d": {"x": [{}]}}])
+def test_payload_json_is_what_the_json_module_writes(payload):
+    # spec._encode calls json's C encoder directly: the same text as json.dumps.
+    expected = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert parse_spec({"type": "t", "payload": payload}).payload_json() == expected
+    assert parse_rows([{"type": "t", "payload": payload}])[0][2].json_text == expected
+
+
+def test_a_payload_that_contains_itself_is_refused():
+    payload: dict = {"a": 1}
+    payload["me"] = payload
+    with pytest.raises(InvalidArgument) as caught:
+        parse_rows([{"type": "t"}, {"type": "t", "payload": payload}])
+    assert caught.value.field == "jobs[1].payload" and "Circular" in caught.value.message
+    assert parse_rows([{"type": "t", "payload": {"a": 1}}])[0][2].json_text == '{"a":1}'  # nothing left behind
