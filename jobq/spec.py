@@ -211,7 +211,9 @@ def _encode(value: Any) -> str:
     circular-reference check) is never shared."""
     if c_make_encoder is None:  # an interpreter without the C accelerator
         return _ENCODER.encode(value)
-    encoder = c_make_encoder({}, _ENCODER.default, encode_basestring, None, ":", ",", False, False, False)
+    e = _ENCODER
+    encoder = c_make_encoder({}, e.default, encode_basestring, None, e.key_separator, e.item_separator,
+                             e.sort_keys, e.skipkeys, e.allow_nan)
     return "".join(encoder(value, 0))
 
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
