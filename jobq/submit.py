@@ -20,13 +20,25 @@ import psycopg
 from psycopg.rows import class_row
 
 from jobq import queries
+from jobq.copy_rows import job_rows
 from jobq.db import Connection, connection, first_line
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
-from jobq.spec import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec, parse_spec, parse_specs
+from jobq.spec import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    DEFAULT_UNIQUE_WHILE,
+    JobSpec,
+    Row,
+    key_scope,
+    parse_rows,
+    parse_spec,
+)
 
-
-COPY_THRESHOLD = 1000
+COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
+# Positions in a spec Row that are read by name here.
+RUN_AT, KEY, TAGS, SCOPE = 5, 6, 7, 8
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
 # A key's holder can leave its scope (be claimed, finish) between the insert that met it
 # and the read of it: the insert is tried again, this many times at most.
@@ -84,21 +96,26 @@ def enqueue(
 def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | None = None) -> Enqueued:
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
-    params = _row_params(spec)
+    params = _row_params(spec.row())
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
-        with c.cursor(row_factory=class_row(Job)) as cur:
-            for _ in range(KEY_ATTEMPTS):
-                cur.execute(queries.JOB_INSERT, params)
-                job = cur.fetchone()
-                if job is not None:
-                    return Enqueued(job, True)
-                cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": [spec.idempotency_key]})
-                holder = cur.fetchone()
-                if holder is not None:
-                    return Enqueued(holder, False)
-    raise _key_unsettled([spec.idempotency_key])
+        return _insert_one(c, params)
+
+
+def _insert_one(conn: Connection, params: dict[str, Any]) -> Enqueued:
+    """One row (JOB_INSERT), or the job holding its key."""
+    with conn.cursor(row_factory=class_row(Job)) as cur:
+        for _ in range(KEY_ATTEMPTS):
+            cur.execute(queries.JOB_INSERT, params)
+            job = cur.fetchone()
+            if job is not None:
+                return Enqueued(job, True)
+            cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": [params["idempotency_key"]]})
+            holder = cur.fetchone()
+            if holder is not None:
+                return Enqueued(holder, False)
+    raise _key_unsettled([params["idempotency_key"]])
 
 
 def enqueue_many(jobs: Iterable[Mapping[str, Any]], *, conn: Connection | None = None) -> list[Job]:
@@ -108,36 +125,45 @@ def enqueue_many(jobs: Iterable[Mapping[str, Any]], *, conn: Connection | None =
     All or nothing: one bad mapping raises :class:`InvalidArgument` naming its index and
     field, and nothing is added. One wake-up per queue, however many jobs.
     """
-    return [entry.job for entry in submit_many(parse_specs(jobs), conn=conn)]
+    return _store(parse_rows(jobs), conn, None)[0]
 
 
 def submit_many(
     specs: list[JobSpec], *, conn: Connection | None = None, max_pending: int | None = None
 ) -> list[Enqueued]:
-    """Add many validated jobs; see :func:`enqueue_many` and :func:`submit`.
+    """Add many validated jobs; see :func:`enqueue_many` and :func:`submit`."""
+    jobs, held = _store([spec.row() for spec in specs], conn, max_pending)
+    return [Enqueued(job, index not in held) for index, job in enumerate(jobs)]
 
-    Up to COPY_THRESHOLD jobs, or any with idempotency keys, go in by one array INSERT
-    (one round trip); larger batches by COPY, with their ids and the transaction's
-    timestamp fetched first (faster per row once the batch is large).
+
+def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) -> tuple[list[Job], set[int]]:
+    """Insert ``rows``; return their jobs in order, and the indexes of those that are
+    another job holding the row's idempotency key (nothing inserted for them).
+
+    Batches of COPY_THRESHOLD jobs or more without idempotency keys go in by binary
+    COPY, under ids reserved first (two statements, the least work per row for the
+    client and the server); smaller ones, and any with keys, by one array INSERT.
     """
-    if not specs:
-        return []
-    keys = [spec.idempotency_key for spec in specs if spec.idempotency_key is not None]
+    if not rows:
+        return [], set()
+    keys = [row[KEY] for row in rows if row[KEY] is not None]
     if len(set(keys)) != len(keys):
         raise InvalidArgument("idempotency_key", "appears more than once in one batch")
-    for index, spec in enumerate(specs):
-        try:
-            spec.key_scope()
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"jobs[{index}].{exc.field}", exc.message) from None
+    for index, row in enumerate(rows):
+        if row[SCOPE] is not None:
+            try:
+                key_scope(row[SCOPE], row[KEY])
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"jobs[{index}].{exc.field}", exc.message) from None
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
-        if len(specs) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
-            return [submit(specs[0], conn=c)]
-        if keys or len(specs) <= COPY_THRESHOLD:
-            return _insert(c, specs, keys)
-        return _copy(c, specs)
+        if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
+            entry = _insert_one(c, _row_params(rows[0]))
+            return [entry.job], set() if entry.created else {0}
+        if keys or len(rows) < COPY_THRESHOLD:
+            return _insert(c, rows, keys)
+        return _copy(c, rows), set()
 
 
 def submit_reserved(
@@ -170,16 +196,19 @@ def submit_reserved(
         return []
     if any(spec.idempotency_key is not None for spec in specs):
         raise InvalidArgument("idempotency_key", "jobs inserted under reserved ids take no idempotency key")
+    for spec in specs:
+        spec.key_scope()  # InvalidArgument for a scope without a key
+    rows = [spec.row() for spec in specs]
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
         again = ids is not None
         for _ in range(RESERVE_ATTEMPTS):
             if not again:
-                ids = reserve_ids(len(specs), conn=c)
+                ids = reserve_ids(len(rows), conn=c)
             assert ids is not None
             try:
-                jobs = _insert_reserved(c, specs, ids, again=again)
+                jobs = _insert_reserved(c, rows, ids, again=again)
             except psycopg.errors.QueryCanceled:
                 raise  # cancelled: rolled back (the statement timeout stops before the commit)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -198,10 +227,10 @@ def reserve_ids(n: int, *, conn: Connection | None = None) -> list[int]:
     return list(row[1])
 
 
-def _insert_reserved(conn: Connection, specs: list[JobSpec], ids: list[int], *, again: bool) -> list[Job] | None:
+def _insert_reserved(conn: Connection, rows: list[Row], ids: list[int], *, again: bool) -> list[Job] | None:
     """The jobs inserted (or, ``again``, found) under ``ids``; None if a first attempt
     inserted nothing because the sequence was restarted since ``ids`` were reserved."""
-    params = {"ids": ids, "last_id": max(ids), **_array_params(specs)}
+    params = {"ids": ids, "last_id": max(ids), **_array_params(rows)}
     # (id, run_at, created_at) of the rows inserted now; again, an id already stored returns nothing
     statement = queries.JOB_INSERT_RESERVED_IF_ABSENT if again else queries.JOB_INSERT_RESERVED
     inserted = {row[0]: row for row in conn.execute(statement, params)}
@@ -213,9 +242,9 @@ def _insert_reserved(conn: Connection, specs: list[JobSpec], ids: list[int], *, 
             cur.execute(queries.JOB_GET_BY_IDS, {"ids": [job_id for job_id in ids if job_id not in inserted]})
             earlier = {job.id: job for job in cur.fetchall()}
     jobs = []
-    for spec, job_id in zip(specs, ids, strict=True):
+    for row, job_id in zip(rows, ids, strict=True):
         if job_id in inserted:
-            jobs.append(_new_job(spec, *inserted[job_id]))
+            jobs.append(_new_job(row, *inserted[job_id]))
         elif job_id in earlier:
             jobs.append(earlier[job_id])
         else:
@@ -223,28 +252,26 @@ def _insert_reserved(conn: Connection, specs: list[JobSpec], ids: list[int], *, 
     return jobs
 
 
-def _copy(conn: Connection, specs: list[JobSpec]) -> list[Enqueued]:
-    now, ids = conn.execute(queries.JOB_IDS_RESERVE, {"n": len(specs)}).fetchone()  # type: ignore[misc]
-    # The tags column only when some job has tags: a column fewer per row otherwise.
-    if any(spec.tags for spec in specs):
-        with conn.cursor().copy(queries.JOB_COPY_WITH_TAGS) as copy:
-            for job_id, spec in zip(ids, specs):
-                copy.write_row((job_id, spec.type, spec.queue, spec.payload_json(), spec.priority,
-                                spec.max_retries, spec.run_at or now, spec.tags))
-    else:
-        with conn.cursor().copy(queries.JOB_COPY) as copy:
-            for job_id, spec in zip(ids, specs):
-                copy.write_row((job_id, spec.type, spec.queue, spec.payload_json(), spec.priority,
-                                spec.max_retries, spec.run_at or now))
-    return [Enqueued(_new_job(spec, job_id, spec.run_at or now, now), True) for job_id, spec in zip(ids, specs)]
+def _copy(conn: Connection, rows: list[Row]) -> list[Job]:
+    """Binary COPY of rows without idempotency keys, under ids reserved first, with the
+    reservation's timestamp as created_at (and run_at for those due now): what the column
+    defaults would give in one transaction, and the same in autocommit."""
+    now, ids = conn.execute(queries.JOB_IDS_RESERVE, {"n": len(rows)}).fetchone()  # type: ignore[misc]
+    # The tags column only when some job has tags: a field fewer per row otherwise.
+    tagged = any(row[TAGS] for row in rows)
+    with conn.cursor().copy(queries.JOB_COPY_WITH_TAGS if tagged else queries.JOB_COPY) as copy:
+        for data in job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding):
+            copy.write(data)  # the server takes in these rows while the next are made...
+        # ...and the last ones while the jobs are built
+        return [_new_job(row, job_id, row[RUN_AT] or now, now) for job_id, row in zip(ids, rows)]
 
 
-def _insert(conn: Connection, specs: list[JobSpec], keys: list[str]) -> list[Enqueued]:
+def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Job], set[int]]:
     """One array INSERT; then, for the keys another job held, those holders. A key whose
     holder left its scope in between is inserted again (the jobs without a key went in
     the first time)."""
     # (id, key, run_at, created_at) of the rows inserted; ids follow the input order
-    inserted = sorted(conn.execute(queries.JOB_INSERT_MANY, _array_params(specs)).fetchall())
+    inserted = sorted(conn.execute(queries.JOB_INSERT_MANY, _array_params(rows)).fetchall())
     new = {row[1]: row for row in inserted if row[1] is not None}
     unkeyed = iter([row for row in inserted if row[1] is None])
     held: dict[str, Job] = {}
@@ -256,22 +283,23 @@ def _insert(conn: Connection, specs: list[JobSpec], keys: list[str]) -> list[Enq
             cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": waiting})
             held.update((job.idempotency_key, job) for job in cur.fetchall())  # type: ignore[misc]
             unheld = set(waiting) - held.keys()
-            again = [spec for spec in specs if spec.idempotency_key in unheld]
+            again = [row for row in rows if row[KEY] in unheld]
             if again:
-                rows = conn.execute(queries.JOB_INSERT_MANY, _array_params(again)).fetchall()
-                new.update((row[1], row) for row in rows)
+                more = conn.execute(queries.JOB_INSERT_MANY, _array_params(again)).fetchall()
+                new.update((row[1], row) for row in more)
             waiting = [key for key in waiting if key not in new and key not in held]
     if waiting:
         raise _key_unsettled(waiting)
-    results = []
-    for spec in specs:
-        key = spec.idempotency_key
+    jobs, holders = [], set()
+    for index, row in enumerate(rows):
+        key = row[KEY]
         if key is not None and key in held:
-            results.append(Enqueued(held[key], False))
+            jobs.append(held[key])
+            holders.add(index)
         else:
             job_id, _, run_at, created_at = new[key] if key is not None else next(unkeyed)
-            results.append(Enqueued(_new_job(spec, job_id, run_at, created_at), True))
-    return results
+            jobs.append(_new_job(row, job_id, run_at, created_at))
+    return jobs, holders
 
 
 def _key_unsettled(keys: list[str | None]) -> DatabaseUnavailable:
@@ -282,15 +310,17 @@ def _key_unsettled(keys: list[str | None]) -> DatabaseUnavailable:
     )
 
 
-def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
-    """The row just inserted for ``spec``, built here rather than read back: every
-    other column holds its default."""
+def _new_job(row: Row, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+    """The row just inserted, built here rather than read back: every other column holds
+    its default. Positional, in the order of Job's fields (a third of the cost of
+    keywords; tests/test_enqueue.py compares it with the row as read back)."""
+    type_, queue, payload, priority, max_retries, _, key, tags, scope = row
     return Job(
-        id=job_id, type=spec.type, queue=spec.queue, payload=spec.payload, status="pending",
-        priority=spec.priority, attempt=0, max_retries=spec.max_retries, run_at=run_at,
-        claimed_at=None, started_at=None, heartbeat_at=None, completed_at=None, created_at=created_at,
-        result=None, error=None, errors=[], worker_id=None, lease=None, idempotency_key=spec.idempotency_key,
-        tags=spec.tags, unique_while=spec.key_scope(),
+        job_id, type_, queue, payload, "pending", priority, 0, max_retries, run_at,
+        None, None, None, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at; created_at
+        None, None, [], None, None,  # result, error, errors, worker_id, lease
+        key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
+        scope or DEFAULT_UNIQUE_WHILE,
     )
 
 
@@ -303,31 +333,32 @@ def check_admission(conn: Connection, max_pending: int) -> None:
         raise Overloaded(pending, max_pending)
 
 
-def _row_params(spec: JobSpec) -> dict[str, Any]:
+def _row_params(row: Row) -> dict[str, Any]:
+    type_, queue, payload, priority, max_retries, run_at, key, tags, scope = row
     return {
-        "type": spec.type,
-        "queue": spec.queue,
-        "payload": spec.payload_json(),
-        "priority": spec.priority,
-        "max_retries": spec.max_retries,
-        "run_at": spec.run_at,
-        "idempotency_key": spec.idempotency_key,
-        "tags": spec.tags,
-        "unique_while": spec.key_scope(),
+        "type": type_,
+        "queue": queue,
+        "payload": payload.json_text,
+        "priority": priority,
+        "max_retries": max_retries,
+        "run_at": run_at,
+        "idempotency_key": key,
+        "tags": tags,
+        "unique_while": key_scope(scope, key),
     }
 
 
-def _array_params(specs: list[JobSpec]) -> dict[str, list[Any]]:
+def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
     return {
-        "types": [spec.type for spec in specs],
-        "queues": [spec.queue for spec in specs],
-        "payloads": [spec.payload_json() for spec in specs],
-        "priorities": [spec.priority for spec in specs],
-        "max_retries": [spec.max_retries for spec in specs],
-        "run_ats": [spec.run_at for spec in specs],
-        "idempotency_keys": [spec.idempotency_key for spec in specs],
-        "tags": [None if spec.tags is None else array_literal(spec.tags) for spec in specs],
-        "unique_whiles": [spec.key_scope() for spec in specs],
+        "types": [row[0] for row in rows],
+        "queues": [row[1] for row in rows],
+        "payloads": [row[2].json_text for row in rows],
+        "priorities": [row[3] for row in rows],
+        "max_retries": [row[4] for row in rows],
+        "run_ats": [row[RUN_AT] for row in rows],
+        "idempotency_keys": [row[KEY] for row in rows],
+        "tags": [None if row[TAGS] is None else array_literal(row[TAGS]) for row in rows],
+        "unique_whiles": [row[SCOPE] or DEFAULT_UNIQUE_WHILE for row in rows],
     }
 
 

@@ -77,8 +77,8 @@ def tally(
     completion twice but ``reruns`` of them. With ``deaths`` (workers killed, from
     outside or by their jobs, any number), a job may run twice only if its first run
     was on a worker that then died, and only the one job it was running at its death
-    (the jobs it had finished are recorded from the finished board, never run again).
-    With ``supervisor_killed``, the board died too: a dead worker's jobs finished in
+    (the jobs it had finished are recorded from its finished area, never run again).
+    With ``supervisor_killed``, the shared memory died too: a dead worker's jobs finished in
     its last few milliseconds may also run again."""
     dead_workers = {pid for (pid,) in conn.execute("SELECT DISTINCT pid FROM test_ledger") if not alive(pid)}
     for d in daemons:
@@ -146,7 +146,7 @@ def test_jobs_finished_just_before_a_kill_are_recorded_and_only_the_running_one_
     # most of its batch's) still waits in the worker's buffer.
     short = jobq.enqueue_many([{"type": "ledger", "priority": 9}] * 30, conn=ledger)
     killer = jobq.enqueue("ledger_killed_first", priority=1, conn=ledger)
-    d = daemon(1)
+    d = daemon(1, JOBQ_CLAIM_BATCH="50")
     wait_for(lambda: finished(ledger, [*short, killer]), 30, "every job done after the kill")
     assert runs(ledger) == {**{j.id: 1 for j in short}, killer.id: 1}
     assert {jobq.get(j.id, conn=ledger).attempt for j in short} == {0}

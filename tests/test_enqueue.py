@@ -5,6 +5,7 @@ import psycopg
 import pytest
 
 import jobq
+import jobq.submit
 from jobq.errors import InvalidArgument
 
 pytestmark = pytest.mark.db
@@ -138,3 +139,72 @@ def test_a_key_is_free_again_once_its_job_is_gone(conn):
     first = jobq.enqueue("noop", idempotency_key="k", conn=conn)
     jobq.delete(first.id, conn=conn)
     assert jobq.enqueue("noop", idempotency_key="k", conn=conn).id != first.id
+
+
+AWKWARD_TAGS = ['a,b', '{braces}', 'quo"te', 'back\\slash', 'NULL', ' spaced ', 'ünï €']
+
+
+def varied(n: int) -> list[dict]:
+    """Jobs that differ in every column the insert writes."""
+    return [
+        {"type": f"t{i % 3}", "queue": "q" if i % 2 else "default", "payload": {"i": i, "s": "é\\u0000"},
+         "priority": 1 + i % 10, "max_retries": i % 11, "tags": AWKWARD_TAGS if i % 4 == 0 else None,
+         "run_at": datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=i % 5))) if i % 5 else None}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n", [2, jobq.submit.COPY_THRESHOLD - 1, jobq.submit.COPY_THRESHOLD, 1500])
+def test_enqueue_many_returns_each_job_as_it_was_stored(conn, n):
+    # Small batches go in by one array INSERT, from COPY_THRESHOLD on by COPY: the jobs
+    # returned are built by the client, and must be the rows as stored, field by field.
+    jobs = jobq.enqueue_many(varied(n), conn=conn)
+    assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
+    assert [job.payload["i"] for job in jobs] == list(range(n))
+    assert len({job.created_at for job in jobs}) == 1 and all(job.unique_while == "always" for job in jobs)
+    keyed = jobq.enqueue_many([{"type": "k", "idempotency_key": f"k{i}", "unique_while": "pending"} for i in range(n)], conn=conn)
+    assert keyed == [jobq.get(job.id, conn=conn) for job in keyed]
+
+
+def test_a_copied_batch_in_the_callers_transaction_is_stored_at_its_commit(database_url, conn, listener):
+    with psycopg.connect(database_url) as other:  # not autocommit: reservation, COPY and rows in one transaction
+        jobs = jobq.enqueue_many([{"type": "noop", "queue": "c"}] * jobq.submit.COPY_THRESHOLD, conn=other)
+        assert job_count(conn) == 0 and notifications(listener) == []
+        (now,) = other.execute("SELECT now()").fetchone()
+        other.commit()
+    assert notifications(listener) == [f"c {jobq.submit.COPY_THRESHOLD}"]
+    assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
+    assert {job.created_at for job in jobs} == {job.run_at for job in jobs} == {now}  # the defaults' value
+
+
+def test_one_insert_of_mixed_queues_types_and_statuses_is_counted_exactly_and_wakes_each_queue_once(conn, listener):
+    # The insert trigger (schema 11) counts a statement's rows in one pass over them.
+    conn.execute(
+        "INSERT INTO jobs (type, queue, status) SELECT 't' || g % 3, 'q' || g % 2, "
+        "(ARRAY['pending', 'pending', 'done', 'dead', 'cancelled'])[1 + g % 5] FROM generate_series(1, 600) AS g"
+    )
+    jobq.enqueue_many([{"type": "t0", "queue": "q0"}] * 150, conn=conn)
+    expected = {(queue, type_, status): n for queue, type_, status, n in conn.execute(
+        "SELECT queue, type, status, count(*) FROM jobs GROUP BY 1, 2, 3")}
+    expected |= {(queue, type_, "enqueued_total"): n for queue, type_, n in conn.execute(
+        "SELECT queue, type, count(*) FROM jobs GROUP BY 1, 2")}
+    counted = {(queue, type_, name): n for queue, type_, name, n in conn.execute(
+        "SELECT queue, type, name, sum(n)::bigint FROM job_counters GROUP BY 1, 2, 3 HAVING sum(n) <> 0")}
+    assert counted == expected
+    pending = dict(conn.execute("SELECT queue, count(*) FROM jobs WHERE status = 'pending' AND id <= 600 GROUP BY 1").fetchall())
+    assert sorted(notifications(listener)) == sorted([f"{queue} {n}" for queue, n in pending.items()] + ["q0 150"])
+
+
+def test_the_copy_stream_carries_every_value_jobspec_allows(conn):
+    # jobq.copy_rows encodes COPY's binary format by hand: the extremes of each column.
+    extremes = [
+        {"type": "ü" * 200, "queue": "€" * 100, "priority": 10, "max_retries": 10,
+         "run_at": datetime(1, 1, 1, tzinfo=timezone.utc), "tags": [f"{i:02d}" + "ñ" * 98 for i in range(20)]},
+        {"type": "t", "priority": 1, "max_retries": 0, "run_at": datetime(9999, 12, 31, 23, 59, 59, 999999),
+         "payload": {"big": "x" * 100_000, "deep": [[[[{"a": None}]]]], "n": -(2**63), "f": 1.5e-300}},
+        {"type": "t", "run_at": datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), "tags": ["\\", '"', ",{}"]},
+    ] * (jobq.submit.COPY_THRESHOLD // 3 + 1)
+    jobs = jobq.enqueue_many(extremes, conn=conn)
+    assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
+    assert jobs[0].type == "ü" * 200 and jobs[0].run_at == datetime(1, 1, 1, tzinfo=timezone.utc)
+    assert jobs[1].payload["big"] == "x" * 100_000 and jobs[1].run_at.year == 9999 and jobs[2].tags == ["\\", '"', ",{}"]

@@ -1,5 +1,6 @@
 """The worker's statements take the right index whatever the statistics say: its
-writes by id probe the primary key, its claim reads the backlog in claim order.
+writes by id probe the primary key; and a jobs table never analysed is analysed by
+the maintenance leader, so that the claim reads the backlog in claim order.
 
 A queue's statistics are usually taken while few jobs are in flight; the planner then
 believes the partial index of in-flight jobs is nearly empty and, for a batch's
@@ -9,16 +10,14 @@ a second; each statement here must be one primary-key probe per job instead.
 """
 
 import os
-import threading
 
 import psycopg
 import pytest
 from psycopg import conninfo, sql
 
 import jobq
-from jobq import queries
-from jobq.daemon.batch import Hand
-from jobq.daemon.session import ClaimSession
+from daemon import wait_for
+from jobq import planning, queries
 from jobq.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import LOCK_BASE, claim, complete
@@ -66,7 +65,7 @@ def test_a_write_by_id_probes_the_primary_key(in_flight, name):
 @pytest.fixture
 def unanalysed_backlog(database_url):
     """A database of its own whose jobs table holds 50,000 pending jobs and has never
-    been analysed (no statistics: the planner's guesses)."""
+    been analysed (autovacuum off for it): the planner has only its guesses."""
     name = f"jobq_plans_{os.getpid()}"
     with psycopg.connect(database_url, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -83,14 +82,23 @@ def unanalysed_backlog(database_url):
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def test_a_claim_session_reads_the_backlog_in_claim_order_even_without_statistics(unanalysed_backlog):
-    session = ClaimSession(
-        unanalysed_backlog, worker_id="plans:1:x", lock_base=LOCK_BASE, stopping=threading.Event(), hand=Hand()
-    )
-    session.connect()
-    try:
-        params = {"queues": ["default"], "worker_id": "plans:1:x", "limit": 50, "lock_base": LOCK_BASE}
-        plan = "\n".join(row[0] for row in session.conn.execute("EXPLAIN " + queries.JOB_CLAIM, params))
-    finally:
-        session.close()
+def claim_plan(conn) -> str:
+    params = {"queues": ["default"], "worker_id": "plans:1:x", "limit": 50, "lock_base": LOCK_BASE}
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + queries.JOB_CLAIM, params))
+
+
+def test_a_jobs_table_never_analysed_is_analysed_once_and_the_claim_reads_in_claim_order(unanalysed_backlog):
+    with psycopg.connect(unanalysed_backlog, autocommit=True) as conn:
+        assert wait_for(lambda: planning.analyse_if_never(conn), 10, "the table seen unanalysed") == 1
+        assert planning.analyse_if_never(conn) == 0  # once
+        plan = claim_plan(conn)
     assert "jobs_pending_claim_idx" in plan and "jobs_pending_run_at_idx" not in plan, plan
+
+
+def test_the_maintenance_leader_analyses_a_table_it_finds_without_statistics(unanalysed_backlog, daemon):
+    with psycopg.connect(unanalysed_backlog, autocommit=True) as conn:
+        daemon(1, url=unanalysed_backlog)
+        wait_for(
+            lambda: conn.execute("SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'jobs'").fetchone()[0],
+            20, "jobs analysed by the leader",
+        )

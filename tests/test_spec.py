@@ -1,12 +1,13 @@
 import dataclasses
-from datetime import datetime, timezone
+import json
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from jobq import queries
 from jobq.errors import InvalidArgument
 from jobq.job import DeadLetter, Job
-from jobq.spec import JobSpec, parse_spec
+from jobq.spec import JobSpec, parse_rows, parse_spec, parse_specs
 
 pytestmark = pytest.mark.unit
 
@@ -113,3 +114,97 @@ def test_nul_after_any_backslashes_is_refused(text):
 def test_payload_json_is_the_checked_text():
     spec = parse_spec({"type": "noop", "payload": {"b": 1, "a": [True, None]}})
     assert spec.payload_json() == '{"b":1,"a":[true,null]}'
+
+
+# parse_rows (enqueue_many's validation) checks plain jobs without a JobSpec each: it
+# must accept exactly what parse_specs accepts, with the same values, and refuse the
+# rest with the same error.
+NOON = datetime(2030, 1, 2, 12, 0, tzinfo=timezone.utc)
+GOOD = [
+    {"type": "noop"},
+    {"type": "noop", "payload": None},
+    {"type": "noop", "payload": {}},
+    {"type": "é" * 200, "queue": "q" * 100, "priority": 10, "max_retries": 0},
+    {"type": "t", "payload": {"a": "é", "b": [1, 2.5, None, True], "c": {"d": "\\u0000"}}, "priority": 1},
+    {"type": "t", "run_at": NOON},
+    {"type": "t", "run_at": datetime(2030, 1, 2, 3, 4, 5)},  # no offset: UTC
+    {"type": "t", "run_at": datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-20, minutes=-47)))},
+    {"type": "t", "run_at": "2030-01-02T03:04:05+02:00"},  # not plain: JobSpec reads it
+    {"type": "t", "run_at": None, "idempotency_key": "k" * 255, "unique_while": "active"},
+    {"type": "t", "idempotency_key": "k2", "unique_while": None},
+    {"type": "t", "unique_while": "pending"},  # refused later, by submit (the key may come from a header)
+    {"type": "t", "tags": []},
+    {"type": "t", "tags": None},
+    {"type": "t", "tags": ["a", "b" * 100, "ünï €", 'quo"te']},
+    {"type": "t", "tags": [f"t{i}" for i in range(20)]},
+    {"type": "t", "tags": ("a", "b")},  # a tuple: not plain, JobSpec takes it
+    JobSpec(type="already", priority=2),
+]
+BAD = [
+    {}, {"type": ""}, {"type": 7}, {"type": "x" * 201}, {"type": "a\x00b"}, {"type": "\ud800"}, {"type": None},
+    {"type": "t", "priority": True}, {"type": "t", "priority": "7"}, {"type": "t", "priority": 7.5},
+    {"type": "t", "priority": 0}, {"type": "t", "priority": 11}, {"type": "t", "priority": None},
+    {"type": "t", "max_retries": 11}, {"type": "t", "max_retries": -1}, {"type": "t", "max_retries": False},
+    {"type": "t", "payload": [1, 2]}, {"type": "t", "payload": "{}"}, {"type": "t", "payload": 0},
+    {"type": "t", "payload": {"a": "\x00"}}, {"type": "t", "payload": {"a": "\ud800"}},
+    {"type": "t", "payload": {"a": float("nan")}}, {"type": "t", "payload": {"a": 10**5000}},
+    {"type": "t", "payload": {1: "int key"}}, {"type": "t", "payload": {"a": object()}}, {"type": "t", "payload": {"a": b"x"}},
+    {"type": "t", "run_at": 1700000000}, {"type": "t", "run_at": "tomorrow"},
+    {"type": "t", "run_at": datetime(1, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=5)))},
+    {"type": "t", "queue": ""}, {"type": "t", "queue": "q" * 101}, {"type": "t", "queue": None},
+    {"type": "t", "idempotency_key": ""}, {"type": "t", "idempotency_key": "k" * 256}, {"type": "t", "idempotency_key": 5},
+    {"type": "t", "unique_while": "forever"}, {"type": "t", "unique_while": 1},
+    {"type": "t", "tags": ["ok", ""]}, {"type": "t", "tags": ["x" * 101]}, {"type": "t", "tags": [f"t{i}" for i in range(21)]},
+    {"type": "t", "tags": ["a", "b", "a"]}, {"type": "t", "tags": ["a", "nul\x00"]}, {"type": "t", "tags": ["a", 7]},
+    {"type": "t", "tags": "urgent"}, {"type": "t", "colour": "red"}, {"type": "t", 3: "x"},
+    "noop", None, 7, [("type", "t")],
+]
+
+
+def _rows(batch):
+    return [(*row[:2], row[2].json_text, *row[3:]) for row in batch]
+
+
+def test_parse_rows_reads_every_accepted_job_as_jobspec_does():
+    rows = parse_rows(GOOD)
+    assert _rows(rows) == _rows([spec.row() for spec in parse_specs(GOOD)])
+    assert [row[5].utcoffset() for row in rows if row[5] is not None] == [timedelta(0)] * 4
+    assert rows[4][2] == GOOD[4]["payload"] and rows[4][2] is not GOOD[4]["payload"]  # a copy, as JobSpec's
+
+
+@pytest.mark.parametrize("bad", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_parse_rows_refuses_with_the_error_parse_specs_gives(bad):
+    batch = [*GOOD, bad, {"type": ""}]
+    with pytest.raises(InvalidArgument) as expected:
+        parse_specs(batch)
+    with pytest.raises(InvalidArgument) as caught:
+        parse_rows(batch)
+    assert (caught.value.field, caught.value.message) == (expected.value.field, expected.value.message)
+    assert caught.value.field.startswith(f"jobs[{len(GOOD)}]")
+
+
+def test_only_the_jobs_that_are_not_plain_go_through_a_jobspec(monkeypatch):
+    validated = []
+    real = JobSpec.model_validate
+    monkeypatch.setattr(JobSpec, "model_validate", lambda values: validated.append(values) or real(values))
+    plain = [{"type": "noop", "payload": {"i": i}, "tags": ["a"], "run_at": NOON} for i in range(1000)]
+    assert len(parse_rows(plain)) == 1000 and validated == []
+    parse_rows([*plain, {"type": "noop", "run_at": "2030-01-02T03:04:05Z"}])
+    assert validated == [{"type": "noop", "run_at": "2030-01-02T03:04:05Z"}]
+
+
+@pytest.mark.parametrize("payload", [{}, {"é": "ü\u2028\x1f\"\\", "n": None, "b": [True, False, 1.5, -0.0, 10**30], "d": {"x": [{}]}}])
+def test_payload_json_is_what_the_json_module_writes(payload):
+    # spec._encode calls json's C encoder directly: the same text as json.dumps.
+    expected = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert parse_spec({"type": "t", "payload": payload}).payload_json() == expected
+    assert parse_rows([{"type": "t", "payload": payload}])[0][2].json_text == expected
+
+
+def test_a_payload_that_contains_itself_is_refused():
+    payload: dict = {"a": 1}
+    payload["me"] = payload
+    with pytest.raises(InvalidArgument) as caught:
+        parse_rows([{"type": "t"}, {"type": "t", "payload": payload}])
+    assert caught.value.field == "jobs[1].payload" and "Circular" in caught.value.message
+    assert parse_rows([{"type": "t", "payload": {"a": 1}}])[0][2].json_text == '{"a":1}'  # nothing left behind

@@ -1,23 +1,26 @@
-"""What each worker of a supervisor has finished and not written yet, on shared memory.
+"""What a worker has finished and not written yet, in memory it shares with its
+supervisor.
 
 A worker writes its outcomes in batches (:mod:`jobq.daemon.outcomes`): a job whose
 handler returned waits a few milliseconds, in the worker's memory, for the next
 write. A worker killed in those milliseconds would lose the outcome, and its job would
-run again. So each success is also noted here, before the next job starts; when a
-worker dies, the supervisor takes what its slot holds and tells maintenance, which
-records those jobs done under their leases (a write the worker had committed after
-all is rejected by the lease, as any stale write). A kill then runs again at most the
-job that was running. Failures, snoozes and results too large for the slot are not
-noted: the worker writes them before its next job starts.
+run again. So each success is also noted in a :class:`FinishedArea`, before the next
+job starts. When a worker dies, the supervisor takes what its area holds and tells
+maintenance, which records those jobs done under their leases (a write the worker had
+committed after all is rejected by the lease, as any stale write). A kill then runs
+again at most the job that was running. Failures, snoozes and results too large for
+the room left are not noted: the worker writes them before its next job starts.
 
-One area per worker slot: a header, then records one after the other, each (job id,
-lease, seconds, result length) and the result's JSON text. The header is one 8-byte
-word, (start, end): the offset of the first record not yet written and the end of the
-last. The worker appends a record and then moves the end; after a write, it moves the
-start past what was written, and both back to 0 when nothing waits. Each change of
-the header is one aligned store, which a kill cannot tear, and a record is inside
-(start, end) only once it is whole. Only the worker writes its slot while it lives;
-the supervisor reads (and clears) it once the worker is dead.
+The supervisor maps one area per worker before forking it (anonymous shared memory,
+AREA bytes) and unmaps it once it has taken what the dead worker left. The area is a
+header, then records one after the other, each (job id, lease, seconds, result
+length) and the result's JSON text. The header is one 8-byte word, (start, end): the
+offset of the first record not yet written and the end of the last. The worker
+appends a record and then moves the end; after a write, it moves the start past what
+was written, and both back to 0 when nothing waits. Each change of the header is one
+aligned store, which a kill cannot tear, and a record is inside (start, end) only once
+it is whole. Only the worker writes while it lives; the supervisor reads once it is
+dead.
 """
 
 from __future__ import annotations
@@ -26,10 +29,8 @@ import mmap
 import struct
 from dataclasses import dataclass
 
-from jobq.daemon.idle import SLOTS
-
-AREA = 64 * 1024  # bytes per worker slot: a few thousand short results
-_HEADER = struct.Struct("=II")  # start, end (offsets from the slot's first byte)
+AREA = 64 * 1024  # bytes per worker: a few thousand short results
+_HEADER = struct.Struct("=II")  # start, end (offsets from the area's first byte)
 _RECORD = struct.Struct("=qqdi4x")  # job id, lease, seconds, result length (-1: no result)
 _NO_RESULT = -1
 
@@ -49,62 +50,51 @@ def _padded(n: int) -> int:
     return (n + 7) & ~7
 
 
-class FinishedBoard:
-    def __init__(self, slots: int = SLOTS) -> None:
-        self._board = mmap.mmap(-1, slots * AREA)  # anonymous and shared: inherited by every fork
+class FinishedArea:
+    def __init__(self) -> None:
+        self._area = mmap.mmap(-1, AREA)  # anonymous and shared: the forked worker writes, the supervisor reads
 
-    def _header(self, slot: int) -> tuple[int, int]:
-        return _HEADER.unpack_from(self._board, slot * AREA)
-
-    def _set_header(self, slot: int, start: int, end: int) -> None:
-        _HEADER.pack_into(self._board, slot * AREA, start, end)
-
-    def note(self, slot: int, job_id: int, lease: int, seconds: float, result: str | None) -> bool:
-        """Append a :class:`Finished` job to the slot; False when the slot has no room for
-        it (then write it before the next job starts). Per job: its fields, no object."""
-        base = slot * AREA
-        start, end = _HEADER.unpack_from(self._board, base)
+    def note(self, job_id: int, lease: int, seconds: float, result: str | None) -> bool:
+        """Append a :class:`Finished` job; False when there is no room for it (then
+        write it before the next job starts). Per job: its fields, no object."""
+        start, end = _HEADER.unpack_from(self._area, 0)
         end = end or _HEADER.size
         data = b"" if result is None else result.encode()
         size = _RECORD.size + _padded(len(data))
         if end + size > AREA:
             return False
-        _RECORD.pack_into(self._board, base + end, job_id, lease, seconds, _NO_RESULT if result is None else len(data))
+        _RECORD.pack_into(self._area, end, job_id, lease, seconds, _NO_RESULT if result is None else len(data))
         if data:
-            self._board[base + end + _RECORD.size : base + end + _RECORD.size + len(data)] = data
-        _HEADER.pack_into(self._board, base, start or _HEADER.size, end + size)
+            self._area[end + _RECORD.size : end + _RECORD.size + len(data)] = data
+        _HEADER.pack_into(self._area, 0, start or _HEADER.size, end + size)
         return True
 
-    def end(self, slot: int) -> int:
-        """Where the slot's last record ends (0: none waits): the mark to pass to
+    def end(self) -> int:
+        """Where the last record ends (0: none waits): the mark to pass to
         :meth:`written` once everything noted so far is written."""
-        return self._header(slot)[1]
+        return _HEADER.unpack_from(self._area, 0)[1]
 
-    def written(self, slot: int, upto: int) -> None:
+    def written(self, upto: int) -> None:
         """The records up to ``upto`` (an :meth:`end` taken earlier) are written: no
         longer to be passed on."""
-        _, end = self._header(slot)
+        _, end = _HEADER.unpack_from(self._area, 0)
         if not upto:
             return
-        if upto >= end:
-            self._set_header(slot, 0, 0)
-        else:
-            self._set_header(slot, upto, end)
+        _HEADER.pack_into(self._area, 0, *((0, 0) if upto >= end else (upto, end)))
 
-    def take(self, slot: int) -> list[Finished]:
-        """What the slot holds, and the slot cleared (for a dead worker's slot, before
-        it is given to another)."""
-        start, end = self._header(slot)
+    def take(self) -> list[Finished]:
+        """What the area holds (a dead worker's), and the area emptied."""
+        start, end = _HEADER.unpack_from(self._area, 0)
         found = []
         offset = start
         while start and offset + _RECORD.size <= end:
-            job_id, lease, seconds, length = _RECORD.unpack_from(self._board, slot * AREA + offset)
-            first = slot * AREA + offset + _RECORD.size
-            result = None if length == _NO_RESULT else self._board[first : first + length].decode()
+            job_id, lease, seconds, length = _RECORD.unpack_from(self._area, offset)
+            first = offset + _RECORD.size
+            result = None if length == _NO_RESULT else self._area[first : first + length].decode()
             found.append(Finished(job_id, lease, seconds, result))
-            offset += _RECORD.size + _padded(max(length, 0))
-        self.clear(slot)
+            offset = first + _padded(max(length, 0))
+        _HEADER.pack_into(self._area, 0, 0, 0)
         return found
 
-    def clear(self, slot: int) -> None:
-        self._set_header(slot, 0, 0)
+    def close(self) -> None:
+        self._area.close()

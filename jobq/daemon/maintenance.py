@@ -12,7 +12,8 @@ computed from, the stale reaper, the removal of dead workers' rows, retention
 (JOBQ_RETENTION), carrying on the bulk operations whose runner went away
 (:func:`jobq.operations.resume_stalled`), the audit trail's retention
 (JOBQ_AUDIT_RETENTION), and the per-minute rollup of the dashboard's charts
-(:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION). Each duty's ``run_once`` returns how many rows it changed and logs
+(:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION), and the
+planner's statistics of a jobs table never analysed yet (:mod:`jobq.planning`). Each duty's ``run_once`` returns how many rows it changed and logs
 only when it changed something.
 
 The leader also fires periodic jobs, on their slots rather than on an interval
@@ -33,7 +34,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import audit, claims, db, locks, metrics_samples, operations, queries, retention, rollup
+from jobq import audit, claims, db, locks, metrics_samples, operations, planning, queries, retention, rollup
 from jobq.daemon import presence, reaper, reports
 from jobq.daemon.listener import CONTROL_CHANNEL, Listener
 from jobq.daemon.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
@@ -94,6 +95,7 @@ class Maintenance:
         self.next_connect = 0.0
         every = settings.reaper_interval
         self.duties = [
+            Duty("analyse", SAMPLE_INTERVAL, planning.analyse_if_never),
             Duty("sample", SAMPLE_INTERVAL, metrics_samples.take),
             Duty("reap", every, self.reap_once),
             Duty("remove_workers", every, self.remove_workers_once),

@@ -5,8 +5,8 @@ buffer with its next claim, or on its own once the oldest outcome has waited
 FLUSH_AFTER seconds. While the main thread is inside a long handler, the heartbeat
 thread writes what waits (and always before it marks the next job running), so a
 finished job's outcome is committed within milliseconds whatever the job after it
-does. Until then, each success is also noted on the finished board (shared memory,
-:mod:`jobq.daemon.finished`), and what is not noted there (a failure, a snooze, a
+does. Until then, each success is also noted in the finished area (memory shared
+with the supervisor, :mod:`jobq.daemon.finished`), and what is not noted there (a failure, a snooze, a
 result too large) is written before the next job starts: a worker killed at any
 moment runs again at most the job it was running.
 """
@@ -24,7 +24,7 @@ from jobq import claims
 from jobq.claims import Claim
 from jobq.daemon.batch import Hand
 from jobq.daemon.execution import RunResult
-from jobq.daemon.finished import FinishedBoard
+from jobq.daemon.finished import FinishedArea
 from jobq.daemon.session import ClaimSession
 from jobq.db import Connection
 
@@ -53,7 +53,7 @@ class Written:
     snoozed: list[Outcome] = field(default_factory=list)
     failures: list[claims.Failure] = field(default_factory=list)
     rejected: set[int] = field(default_factory=set)
-    noted_upto: int = 0  # the finished board's end when they were taken
+    noted_upto: int = 0  # the finished area's end when they were taken
 
     @property
     def outcomes(self) -> list[Outcome]:
@@ -65,10 +65,9 @@ class Outcomes:
     a write happens on the claim session, under its lock, so that the hand forgets a
     job in the same locked section that recorded it."""
 
-    def __init__(self, hand: Hand, board: FinishedBoard, slot: int, *, worker_id: str, lock_base: int) -> None:
+    def __init__(self, hand: Hand, finished: FinishedArea, *, worker_id: str, lock_base: int) -> None:
         self.hand = hand
-        self.board = board
-        self.slot = slot
+        self.finished = finished
         self.worker_id = worker_id
         self.lock_base = lock_base
         self._lock = threading.Lock()
@@ -84,18 +83,18 @@ class Outcomes:
             (self._done if result.ok else self._snoozed if result.snooze is not None else self._failed).append(outcome)
             if self._oldest is None:
                 self._oldest = time.monotonic()
-            noted = result.ok and self.board.note(self.slot, claim.job_id, claim.lease, result.seconds, result.result_json)
+            noted = result.ok and self.finished.note(claim.job_id, claim.lease, result.seconds, result.result_json)
             self._unnoted = self._unnoted or not noted
 
     def due(self) -> bool:
-        """Whether to write now: an outcome that a kill would lose waits (it is not on
-        the finished board), or the oldest has waited FLUSH_AFTER seconds."""
+        """Whether to write now: an outcome that a kill would lose waits (it is not in
+        the finished area), or the oldest has waited FLUSH_AFTER seconds."""
         with self._lock:
             return self._unnoted or (self._oldest is not None and time.monotonic() - self._oldest >= FLUSH_AFTER)
 
     def _take(self) -> Written:
         with self._lock:
-            taken = Written(self._done, self._failed, self._snoozed, noted_upto=self.board.end(self.slot))
+            taken = Written(self._done, self._failed, self._snoozed, noted_upto=self.finished.end())
             self._done, self._failed, self._snoozed, self._oldest, self._unnoted = [], [], [], None, False
             return taken
 
@@ -140,11 +139,11 @@ class Outcomes:
             claims.count_events(conn, claims.STALE_LEASE_COUNTER, jobs)
 
     def _written(self, taken: Written) -> None:
-        """Let go of the written jobs (from the hand and the finished board) and log each
+        """Let go of the written jobs (from the hand and the finished area) and log each
         outcome."""
         outcomes = taken.outcomes
         with self._lock:
-            self.board.written(self.slot, taken.noted_upto)
+            self.finished.written(taken.noted_upto)
         self.hand.forget((o.claim.job_id for o in outcomes), recorded=len(outcomes) - len(taken.rejected))
         fates = {f.job_id: f for f in taken.failures}
         for o in outcomes:

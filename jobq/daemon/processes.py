@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from jobq.daemon import reports
-from jobq.daemon.finished import FinishedBoard
+from jobq.daemon.finished import FinishedArea
 from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.worker import EXIT_DATABASE_ERROR, EXIT_OK
 
@@ -143,9 +143,9 @@ class WorkerProcess:
     worker_id: str
     reader: reports.Reader
     spawned: float
-    slot: int  # its byte on the idle board, its records on the job and finished boards
+    slot: int  # its byte on the idle board, its record on the job board
     jobs: JobBoard  # what it runs: :meth:`running_job`
-    finished: FinishedBoard  # what it finished and has not written yet: read once it is dead
+    finished: FinishedArea  # what it finished and has not written yet: read once it is dead
     control_fd: int = -1  # the write end of its control pipe (cancels, pauses)
     boot_error: str | None = None
     retiring: bool = False  # asked to stop (TERM sent)
@@ -195,7 +195,7 @@ class WorkerProcess:
         code = os.waitstatus_to_exitcode(status)
         kind = self.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
         unasked = self.kill_kind is None and code != EXIT_OK
-        gone = reports.Gone.of(self.worker_id, self.running_job(), kind, status, self.finished.take(self.slot))
+        gone = reports.Gone.of(self.worker_id, self.running_job(), kind, status, self.finished.take())
         return gone, unasked
 
     def read_reports(self) -> None:

@@ -8,7 +8,7 @@ long GC pause) never has its job handed to someone else.
 - :func:`recover_worker`: the supervisor saw the process die (a crash, a timeout kill,
   a shutdown kill) and knows which job it was running: that job gets its fenced
   outcome at once, with the reason; the jobs it had finished without writing them
-  (from the finished board) are recorded done; its other claimed jobs go back to
+  (from its finished area) are recorded done; its other claimed jobs go back to
   pending.
 - :func:`reap_stale`: jobs whose heartbeat stopped (a host lost with its
   supervisor): a claimed job goes back to pending with no attempt counted; a

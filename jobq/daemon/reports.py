@@ -10,7 +10,7 @@ Supervisor -> maintenance:
     recover its in-flight jobs. ``kind`` is ``crash``, ``timeout``, ``cancel`` or
     ``shutdown``; job_id and lease are 0 when it ran no job.
     ``D <worker_id> <job_id> <lease> <seconds> <result>``  before its ``G``, one per
-    job the gone worker had finished and perhaps not written (from the finished board,
+    job the gone worker had finished and perhaps not written (from its finished area,
     :mod:`jobq.daemon.finished`); ``result`` is JSON text, empty for none. The
     :class:`Reader` hands them over inside the ``Gone``, as ``finished``.
 

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import claims, db, queries
+from jobq import claims, db
 from jobq.claims import Claim
 from jobq.daemon.batch import Hand
 from jobq.errors import DatabaseUnavailable
@@ -56,8 +56,7 @@ class ClaimSession:
         self.lock = threading.RLock()
 
     def connect(self) -> None:
-        """Open the connection (with a counter slot of its own, :func:`jobq.db.connect_counting`,
-        and never a sort to find the next jobs, ``queries.CLAIM_SESSION_NO_SORT``),
+        """Open the connection (with a counter slot of its own, :func:`jobq.db.connect_counting`),
         waiting with backoff while the database is down.
 
         Raises DatabaseUnavailable only when the worker is asked to stop meanwhile.
@@ -66,14 +65,7 @@ class ClaimSession:
         while True:
             try:
                 name = f"jobq worker {self.worker_id}"
-                conn = db.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
-                try:
-                    with db.database_errors():
-                        conn.execute(queries.CLAIM_SESSION_NO_SORT)
-                except DatabaseUnavailable:
-                    conn.close()
-                    raise
-                self.conn = conn
+                self.conn = db.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
                 return
             except DatabaseUnavailable as exc:
                 if self.stopping.is_set():

@@ -26,7 +26,7 @@ import time
 
 from jobq.daemon import reports
 from jobq.daemon.idle import IdleBoard
-from jobq.daemon.finished import FinishedBoard
+from jobq.daemon.finished import FinishedArea
 from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
@@ -63,7 +63,6 @@ class Supervisor:
         self.respawns = Respawns()
         self.idle_board = IdleBoard()  # shared with every worker forked from here
         self.job_board = JobBoard()  # what each worker runs: written by it, read here
-        self.finished_board = FinishedBoard()  # what each worker finished and has not written yet
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -145,9 +144,10 @@ class Supervisor:
         os.set_blocking(control_write, False)
         self.idle_board.mark(slot, False)
         self.job_board.show(slot, None)  # its predecessor's last job is not its own
+        finished = FinishedArea()  # what it finished and has not written yet
         worker = Worker(
             self.settings, token, write_fd, self.idle_board, slot,
-            control_fd=control_read, jobs=self.job_board, finished=self.finished_board,
+            control_fd=control_read, jobs=self.job_board, finished=finished,
         )
         supervisor_pid = os.getpid()
         pid = self.system.fork()
@@ -160,7 +160,7 @@ class Supervisor:
         self.system.set_process_group(pid)
         worker_id = worker_name(self.hostname, pid, token)
         self.workers[pid] = WorkerProcess(
-            pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, self.job_board, self.finished_board,
+            pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, self.job_board, finished,
             control_fd=control_write,
         )
         log.info("supervisor.spawned worker=%s", worker_id)
@@ -240,6 +240,7 @@ class Supervisor:
         if os.waitstatus_to_exitcode(status) == EXIT_BOOT_ERROR and proc.boot_error is not None and not self.stopping:
             raise Halt(f"worker failed to boot: {proc.boot_error}")
         gone, unasked = proc.exit_report(status)
+        proc.finished.close()
         if unasked:
             log.error("supervisor.worker_died worker=%s %s job=%s", proc.worker_id, gone.detail, gone.job_id or "-")
             running_job = gone.kind == "crash" and gone.job_id != 0

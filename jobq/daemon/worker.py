@@ -39,7 +39,7 @@ from jobq import claims, declarations, locks, running, schedules
 from jobq.claims import Claim
 from jobq.daemon import batch, execution, presence, reports
 from jobq.daemon.batch import Hand
-from jobq.daemon.finished import FinishedBoard
+from jobq.daemon.finished import FinishedArea
 from jobq.daemon.heartbeat import Heartbeat
 from jobq.daemon.idle import IdleBoard
 from jobq.daemon.jobboard import JobBoard
@@ -88,7 +88,7 @@ class Worker:
         *,
         control_fd: int = -1,
         jobs: JobBoard | None = None,
-        finished: FinishedBoard | None = None,
+        finished: FinishedArea | None = None,
     ) -> None:
         self.settings = settings
         self.token = token
@@ -97,9 +97,9 @@ class Worker:
         self.board = board
         self.slot = slot
         self.seat = board.seat(slot)  # who wakes for a notification: wait_for_work
-        # the supervisor's boards, shared; boards of its own when run alone
+        # shared with the supervisor; of its own when run alone
         self.jobs = jobs or JobBoard(slot + 1)
-        self.finished = finished or FinishedBoard(slot + 1)
+        self.finished = finished or FinishedArea()
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = list(settings.queues)
@@ -155,9 +155,7 @@ class Worker:
         except Exception as exc:  # any error while importing a handler module stops the boot
             raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
         url = self.settings.require_database_url()
-        self.outcomes = Outcomes(
-            self.hand, self.finished, self.slot, worker_id=self.worker_id, lock_base=self.lock_base
-        )
+        self.outcomes = Outcomes(self.hand, self.finished, worker_id=self.worker_id, lock_base=self.lock_base)
         self.session = ClaimSession(
             url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, hand=self.hand
         )

@@ -1,0 +1,31 @@
+"""What the planner knows of the jobs table.
+
+PostgreSQL plans from statistics that autovacuum gathers on its own schedule. A jobs
+table that has never been analysed (a new install that meets a backlog before
+autovacuum's first pass, a minute away at most by default, or never where autovacuum
+is off) is planned on guesses, and the guesses make the claim sort the whole backlog.
+The maintenance leader looks every few seconds and analyses such a table itself; once
+it has statistics, autovacuum keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from jobq import queries
+from jobq.db import Connection
+
+log = logging.getLogger(__name__)
+
+MIN_ROWS = 1000  # below this, any plan is fast
+
+
+def analyse_if_never(conn: Connection) -> int:
+    """ANALYZE jobs if it holds MIN_ROWS rows or more and was never analysed; 1 if it
+    did, 0 if there was nothing to do."""
+    row = conn.execute(queries.JOBS_UNANALYSED, {"min_rows": MIN_ROWS}).fetchone()
+    if row is None or not row[0]:
+        return 0
+    conn.execute(queries.JOBS_ANALYZE)
+    log.info("planning.analysed table=jobs: it had no statistics yet")
+    return 1
