@@ -238,11 +238,17 @@ def release_orphans(conn: Connection, worker_id: str, held: Sequence[int]) -> li
     return [row[0] for row in rows]
 
 
-def next_run_in(conn: Connection, queues: Sequence[str]) -> float | None:
+def next_run_in(conn: Connection, queues: Sequence[str]) -> Deferred[float | None]:
     """Seconds until the earliest pending job of ``queues`` is due (<= 0: due now);
     None when none is pending."""
-    row = conn.execute(queries.JOB_NEXT_RUN_AT, {"queues": list(queues)}).fetchone()
-    return None if row is None or row[0] is None else float(row[0])
+    cur = conn.cursor()
+    cur.execute(queries.JOB_NEXT_RUN_AT, {"queues": list(queues)})
+
+    def read() -> float | None:
+        row = cur.fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    return Deferred(read)
 
 
 def count_events(conn: Connection, name: str, jobs: Iterable[tuple[str, str]]) -> None:

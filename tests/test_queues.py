@@ -42,11 +42,11 @@ def test_a_paused_queue_is_not_claimed_while_the_others_are(conn):
 def test_the_idle_timer_leaves_paused_queues_out(conn):
     jobq.enqueue("noop", queue="held", conn=conn)
     queues.pause("held", conn=conn)
-    assert claims.next_run_in(conn, ["held"]) is None  # nothing to wake up for: no spinning
+    assert claims.next_run_in(conn, ["held"]).result() is None  # nothing to wake up for: no spinning
     jobq.enqueue("noop", queue="served", conn=conn)
-    assert claims.next_run_in(conn, ["held", "served"]) <= 0
+    assert claims.next_run_in(conn, ["held", "served"]).result() <= 0
     queues.resume("held", conn=conn)
-    assert claims.next_run_in(conn, ["held"]) <= 0
+    assert claims.next_run_in(conn, ["held"]).result() <= 0
 
 
 def test_a_queue_can_be_paused_before_it_has_a_job_and_stays_paused(conn):

@@ -110,15 +110,18 @@ class Outcomes:
                 return None
 
             def send(conn: Connection, retried: bool) -> T | None:
+                # The answers are read once the pipeline is closed: its Sync (the commit)
+                # goes out with the statements, one round trip; read inside, they would
+                # cost one of their own before it.
                 with conn.pipeline():
                     sent_done = self._send_done(conn, taken.done)
                     sent_failed = self._send_failed(conn, taken.failed)
                     sent_snoozed = self._send_snoozed(conn, taken.snoozed)
                     sent = also(conn) if also is not None else None
-                    rejected = sent_done.result() if sent_done else set()
-                    taken.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
-                    rejected_snoozed = sent_snoozed.result() if sent_snoozed else set()
-                    answer = sent.result() if sent else None
+                rejected = sent_done.result() if sent_done else set()
+                taken.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
+                rejected_snoozed = sent_snoozed.result() if sent_snoozed else set()
+                answer = sent.result() if sent else None
                 taken.rejected = rejected | rejected_failed | rejected_snoozed
                 self._count_rejections(conn, taken, retried=retried)
                 return answer

@@ -258,7 +258,7 @@ class Worker:
     def wait_for_work(self) -> None:
         next_in = self.next_in  # asked with the last claim when it looked like the end of the queue
         if next_in is UNASKED:
-            next_in = self.session.run(lambda conn, _: claims.next_run_in(conn, self.queues))
+            next_in = self.session.run(lambda conn, _: claims.next_run_in(conn, self.queues).result())
         self.next_in = UNASKED
         timeout = self.settings.poll_interval
         if next_in is not None:
@@ -353,10 +353,12 @@ class Worker:
         def claim(conn: psycopg.Connection) -> claims.Deferred[list[Claim]]:
             return claims.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
+        asked: list[claims.Deferred[float | None]] = []
+
         def claim_and_ask(conn: psycopg.Connection) -> claims.Deferred[list[Claim]]:
             claimed = claim(conn)
-            if ask_next:
-                self.next_in = claims.next_run_in(conn, self.queues)  # same pipeline: no round trip of its own
+            if ask_next:  # in the same pipeline, read after it: no round trip of its own
+                asked[:] = [claims.next_run_in(conn, self.queues)]
             return claimed
 
         # The claimed jobs are in hand before the session's lock is let go: a reconnect
@@ -364,6 +366,8 @@ class Worker:
         with self.session.lock:
             if self.hand.held():  # outcomes may be waiting (a job is let go once its outcome is written)
                 claimed = self.outcomes.write(self.session, also=claim_and_ask) or []
+                if asked:
+                    self.next_in = asked[0].result()
             else:
                 claimed = self.session.run(lambda conn, _: claim(conn).result())
             self.hand.hold(claimed)
