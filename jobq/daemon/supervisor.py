@@ -25,8 +25,8 @@ import sys
 import time
 
 from jobq.daemon import reports
-from jobq.daemon.idle import IdleBoard
 from jobq.daemon.finished import FinishedArea
+from jobq.daemon.idle import IdleBoard
 from jobq.daemon.jobboard import JobBoard
 from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
