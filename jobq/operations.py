@@ -43,6 +43,7 @@ from jobq.db import Connection, connection
 from jobq.errors import DeadLetterGroupNotFound, InvalidArgument, OperationNotFound
 from jobq.filters import JobFilter, parse_filter
 from jobq.ledger import fetch_by_id
+from jobq.spec import MAX_PRIORITY, MIN_PRIORITY
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,8 @@ def check_job_action(action: str, job_filter: JobFilter | dict[str, Any], priori
     if action not in JOB_ACTIONS:
         raise InvalidArgument("action", f"must be one of {', '.join(JOB_ACTIONS)}")
     if action == "set_priority":
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 10:
-            raise InvalidArgument("priority", "set_priority needs a priority from 1 to 10")
+        if isinstance(priority, bool) or not isinstance(priority, int) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise InvalidArgument("priority", f"set_priority needs a priority from {MIN_PRIORITY} to {MAX_PRIORITY}")
     elif priority is not None:
         raise InvalidArgument("priority", "only set_priority takes a priority")
     job_filter = parse_filter(job_filter, prefix="filter.")

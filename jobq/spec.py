@@ -33,6 +33,9 @@ MAX_PAYLOAD_DEPTH = 64
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 100
 
+MIN_PRIORITY, MAX_PRIORITY = 1, 10
+MAX_MAX_RETRIES = 10  # the most retries a job (or a handler's policy) may ask for
+
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_QUEUE = "default"
@@ -64,9 +67,11 @@ class JobSpec(BaseModel):
     payload: dict[str, Any] = Field(
         default_factory=dict, validate_default=True, description="Any JSON object; the handler's input."
     )
-    priority: Annotated[StrictInt, Field(ge=1, le=10, description="1-10, higher runs first.")] = DEFAULT_PRIORITY
+    priority: Annotated[
+        StrictInt, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY, description="1-10, higher runs first.")
+    ] = DEFAULT_PRIORITY
     max_retries: Annotated[
-        StrictInt, Field(ge=0, le=10, description="Retries after the first run: 3 means up to 4 runs.")
+        StrictInt, Field(ge=0, le=MAX_MAX_RETRIES, description="Retries after the first run: 3 means up to 4 runs.")
     ] = DEFAULT_MAX_RETRIES
     run_at: datetime | None = Field(None, description="ISO-8601; without an offset it means UTC. Omit for now.")
     queue: Annotated[Name, Field(max_length=MAX_QUEUE_LENGTH)] = DEFAULT_QUEUE
@@ -280,8 +285,8 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
     if not (
         _plain_text(type_, MAX_TYPE_LENGTH, checked)
         and _plain_text(queue, MAX_QUEUE_LENGTH, checked)
-        and type(priority) is int and 1 <= priority <= 10
-        and type(max_retries) is int and 0 <= max_retries <= 10
+        and type(priority) is int and MIN_PRIORITY <= priority <= MAX_PRIORITY
+        and type(max_retries) is int and 0 <= max_retries <= MAX_MAX_RETRIES
     ):
         return None
     key, scope, tags, run_at = get("idempotency_key"), get("unique_while"), get("tags"), get("run_at")

@@ -23,7 +23,7 @@ from jobq.keyset import MAX_CURSOR_LENGTH
 from jobq.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
 from jobq.metrics import Metrics
 from jobq.operations import GROUP_ID_PATTERN, JOB_ACTIONS, check_job_action
-from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_TYPE_LENGTH, JobSpec, check_text
+from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_PRIORITY, MAX_TYPE_LENGTH, MIN_PRIORITY, JobSpec, check_text
 
 MAX_BATCH = 1000
 
@@ -210,7 +210,7 @@ class BulkRequest(BaseModel):
         "(copied) jobs, once; delete: pending or finished jobs, never claimed or running ones; run_now: pending "
         "jobs scheduled later; set_priority: pending jobs."
     )
-    priority: Annotated[StrictInt, Field(ge=1, le=10)] | None = Field(None, description="For set_priority: 1-10.")
+    priority: Annotated[StrictInt, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY)] | None = Field(None, description="For set_priority: 1-10.")
     dry_run: StrictBool = Field(False, description="Count the matching jobs and change nothing.")
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from typing import Any
 
 from jobq.errors import InvalidArgument
 from jobq.job import Job
+from jobq.spec import MAX_MAX_RETRIES
 
 HandlerFunc = Callable[[Job], Any]
 Backoff = float | Callable[[int], float]
@@ -94,8 +95,8 @@ def register(
         raise InvalidArgument("name", "must be a non-empty string")
     if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
         raise InvalidArgument("timeout", "must be a positive number of seconds")
-    if max_retries is not None and (isinstance(max_retries, bool) or not 0 <= max_retries <= 10):
-        raise InvalidArgument("max_retries", "must be an integer from 0 to 10")
+    if max_retries is not None and (isinstance(max_retries, bool) or not 0 <= max_retries <= MAX_MAX_RETRIES):
+        raise InvalidArgument("max_retries", f"must be an integer from 0 to {MAX_MAX_RETRIES}")
     if backoff is not None and not callable(backoff) and (
         isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not 0 <= backoff < math.inf
     ):
