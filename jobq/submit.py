@@ -349,16 +349,17 @@ def _row_params(row: Row) -> dict[str, Any]:
 
 
 def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
+    types, queues, payloads, priorities, max_retries, run_ats, keys, tags, scopes = zip(*rows)
     return {
-        "types": [row[0] for row in rows],
-        "queues": [row[1] for row in rows],
-        "payloads": [row[2].json_text for row in rows],
-        "priorities": [row[3] for row in rows],
-        "max_retries": [row[4] for row in rows],
-        "run_ats": [row[RUN_AT] for row in rows],
-        "idempotency_keys": [row[KEY] for row in rows],
-        "tags": [None if row[TAGS] is None else array_literal(row[TAGS]) for row in rows],
-        "unique_whiles": [row[SCOPE] or DEFAULT_UNIQUE_WHILE for row in rows],
+        "types": list(types),
+        "queues": list(queues),
+        "payloads": [payload.json_text for payload in payloads],
+        "priorities": list(priorities),
+        "max_retries": list(max_retries),
+        "run_ats": list(run_ats),
+        "idempotency_keys": list(keys),
+        "tags": [None if job_tags is None else array_literal(job_tags) for job_tags in tags],
+        "unique_whiles": [scope or DEFAULT_UNIQUE_WHILE for scope in scopes],
     }
 
 
