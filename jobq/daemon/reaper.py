@@ -143,13 +143,10 @@ def _in_one_transaction(
         try:
             with conn.transaction():
                 return write()
-        except psycopg.IntegrityError as exc:
+        except psycopg.Error as exc:
             if claims.key_taken_meanwhile(exc) and attempt < claims.KEY_RETRIES:
                 log.info("reaper.key_taken_meanwhile: written again")
                 continue
-            _unlock(conn, rows, lock_base)
-            raise
-        except psycopg.Error:
             _unlock(conn, rows, lock_base)
             raise
     raise AssertionError("unreachable")

@@ -76,13 +76,10 @@ class Gone:
         """The report of a worker that exited with wait ``status`` while it ran
         ``running``, having finished ``finished`` (a job whose handler had returned was
         no longer running, even if the board still showed it)."""
-        if running is not None and any(f.job_id == running.job_id and f.lease == running.lease for f in finished):
-            running = None
-        if running is None:
-            return cls(worker_id, 0, 0, kind, 0.0, describe_exit(status), tuple(finished))
-        return cls(
-            worker_id, running.job_id, running.lease, kind, running.timeout, describe_exit(status), tuple(finished)
-        )
+        detail, done = describe_exit(status), tuple(finished)
+        if running is None or any(f.job_id == running.job_id and f.lease == running.lease for f in done):
+            return cls(worker_id, 0, 0, kind, 0.0, detail, done)
+        return cls(worker_id, running.job_id, running.lease, kind, running.timeout, detail, done)
 
 
 @dataclass(frozen=True, slots=True)
