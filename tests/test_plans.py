@@ -5,8 +5,8 @@ the maintenance leader, so that the claim reads the backlog in claim order.
 A queue's statistics are usually taken while few jobs are in flight; the planner then
 believes the partial index of in-flight jobs is nearly empty and, for a batch's
 outcome, would scan all of it (every job in flight and every entry left since the last
-vacuum) and hash-join it with the batch. That took 8 workers from 13,700 to 7,800 jobs
-a second; each statement here must be one primary-key probe per job instead.
+vacuum) and hash-join it with the batch. 8 workers drained 7,813 jobs a second that
+way and 15,924 with one primary-key probe per job, which each statement here must be.
 """
 
 import os

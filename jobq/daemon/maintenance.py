@@ -13,8 +13,9 @@ computed from, the stale reaper, the removal of dead workers' rows, retention
 (:func:`jobq.operations.resume_stalled`), the audit trail's retention
 (JOBQ_AUDIT_RETENTION), and the per-minute rollup of the dashboard's charts
 (:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION), and the
-planner's statistics of a jobs table never analysed yet (:mod:`jobq.planning`). Each duty's ``run_once`` returns how many rows it changed and logs
-only when it changed something.
+planner's statistics of a jobs table never analysed yet (:mod:`jobq.planning`). Each
+duty's ``run_once`` returns how many rows it changed and logs only when it changed
+something.
 
 The leader also fires periodic jobs, on their slots rather than on an interval
 (:mod:`jobq.daemon.schedule_clock`), woken by a ``schedules`` notification on

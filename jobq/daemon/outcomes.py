@@ -6,9 +6,9 @@ FLUSH_AFTER seconds. While the main thread is inside a long handler, the heartbe
 thread writes what waits (and always before it marks the next job running), so a
 finished job's outcome is committed within milliseconds whatever the job after it
 does. Until then, each success is also noted in the finished area (memory shared
-with the supervisor, :mod:`jobq.daemon.finished`), and what is not noted there (a failure, a snooze, a
-result too large) is written before the next job starts: a worker killed at any
-moment runs again at most the job it was running.
+with the supervisor, :mod:`jobq.daemon.finished`), and what is not noted there (a
+failure, a snooze, a result too large) is written before the next job starts: a
+worker killed at any moment runs again at most the job it was running.
 """
 
 from __future__ import annotations
