@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from jobq import db
 from jobq.embedded import EmbeddedPostgres
@@ -77,6 +78,17 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
         yield url
         db.close_default_pool()
+
+
+@pytest.fixture
+def empty_database(database_url: str) -> Iterator[str]:
+    """The URL of a database of its own, with nothing in it (dropped after the test)."""
+    name = f"jobq_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield conninfo.make_conninfo(database_url, dbname=name)
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture

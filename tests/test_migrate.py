@@ -1,9 +1,7 @@
 import threading
-import uuid
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
 
 from jobq.errors import SchemaTooNew, SchemaTooOld
 from jobq import migrate as migrate_module
@@ -12,17 +10,6 @@ from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import run_cli
 
 pytestmark = pytest.mark.db
-
-
-@pytest.fixture
-def empty_database(database_url):
-    """A database of its own, with nothing in it."""
-    name = f"jobq_migrate_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield conninfo.make_conninfo(database_url, dbname=name)
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def test_second_migrate_is_a_no_op(empty_database):

@@ -9,11 +9,8 @@ vacuum) and hash-join it with the batch. 8 workers drained 7,813 jobs a second t
 way and 15,924 with one primary-key probe per job, which each statement here must be.
 """
 
-import os
-
 import psycopg
 import pytest
-from psycopg import conninfo, sql
 
 import jobq
 from daemon import wait_for
@@ -63,23 +60,15 @@ def test_a_write_by_id_probes_the_primary_key(in_flight, name):
 
 
 @pytest.fixture
-def unanalysed_backlog(database_url):
+def unanalysed_backlog(empty_database):
     """A database of its own whose jobs table holds 50,000 pending jobs and has never
     been analysed (autovacuum off for it): the planner has only its guesses."""
-    name = f"jobq_plans_{os.getpid()}"
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = conninfo.make_conninfo(database_url, dbname=name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-            conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = off)")
-            for _ in range(50):
-                jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
-        yield url
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = off)")
+        for _ in range(50):
+            jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
+    return empty_database
 
 
 def claim_plan(conn) -> str:
