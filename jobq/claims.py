@@ -217,11 +217,24 @@ def set_progress(conn: Connection, job: Leased, progress_json: str) -> bool:
     return conn.execute(queries.JOB_PROGRESS_SET_IF_LEASED, params).fetchone() is not None
 
 
-def relock(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> set[int]:
+@dataclass(frozen=True)
+class Relocked:
+    """What a re-lock found: the jobs whose lock it could not take (``lost``) and, among
+    them, those no longer in flight under their lease (``taken_back``: a reaper gave them
+    back to pending, or an operator changed them; not this worker's to run any more)."""
+
+    lost: set[int]
+    taken_back: set[int]
+
+
+def relock(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Relocked:
     """After a reconnect: take again the advisory locks of jobs still held under their
-    leases. Returns the ids that are lost (lease gone or lock held elsewhere)."""
+    leases."""
     rows = conn.execute(queries.JOB_RELOCK_IF_LEASED, {**_leases(jobs), "lock_base": lock_base}).fetchall()
-    return {job_id for job_id, locked in rows if not locked}
+    return Relocked(
+        lost={job_id for job_id, _, locked in rows if not locked},
+        taken_back={job_id for job_id, leased, _ in rows if not leased},
+    )
 
 
 def finished_under_lease(conn: Connection, jobs: Sequence[Leased]) -> set[int]:

@@ -438,16 +438,18 @@ JOB_SNOOZE_IF_LEASED = (
 )
 
 # JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this
-# worker still holds under its leases; false where the lock or the lease is gone. The
-# rows are locked first (FOR UPDATE, primary key) and their lease and status checked
-# on the latest version: a release that already let go of the advisory lock but has
-# not committed yet (outcome statements unlock before their commit) is waited for, so
-# a job that is pending again is never locked.
+# worker still holds under its leases. Per job: whether it is still in flight under
+# the lease (false: someone took it back), and whether its lock was taken (false too
+# where another session holds it). The rows are locked first (FOR UPDATE, primary
+# key) and their lease and status checked on the latest version: a release that
+# already let go of the advisory lock but has not committed yet (outcome statements
+# unlock before their commit) is waited for, so a job that is pending again is never
+# locked.
 JOB_RELOCK_IF_LEASED = (
     "WITH mine AS MATERIALIZED (SELECT j.id FROM jobs AS j "
     "JOIN unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) ON j.id = s.id AND j.lease = s.lease "
     "WHERE " + BY_ID_IN_FLIGHT + " FOR UPDATE OF j) "
-    "SELECT s.id, mine.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
+    "SELECT s.id, mine.id IS NOT NULL, mine.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
     "FROM unnest(%(ids)b::bigint[]) AS s(id) LEFT JOIN mine ON mine.id = s.id"
 )
 

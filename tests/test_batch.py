@@ -67,10 +67,21 @@ def test_after_a_reconnect_the_presented_claim_says_whether_the_lock_was_taken_a
     hand = Hand()
     kept, lost = claim(1), claim(2)
     hand.hold([kept, lost])
-    hand.relocked({2})
+    hand.relocked({2}, set())
     assert hand.presented(kept).locked and not hand.presented(lost).locked
     other = claim(3)
     assert hand.presented(other) is other  # not held: as given
+
+
+def test_jobs_taken_back_while_the_session_was_gone_are_not_run_here_but_the_running_one_goes_on():
+    hand = Hand()
+    running, finished, waiting, kept = claim(1), claim(2), claim(3), claim(4)
+    hand.hold([running, finished, waiting, kept])
+    hand.line_up([running, waiting, kept])  # 2 ran already: its outcome waits to be written
+    assert hand.start_next() == running
+    hand.relocked({1, 2, 3}, {1, 2, 3})  # a reaper gave them back to pending meanwhile
+    assert [c.job_id for c in hand.held()] == [1, 2, 4]  # 1 runs on, 2's outcome will be rejected
+    assert hand.start_next() == kept and hand.start_next() is None  # 3 does not run here
 
 
 @pytest.mark.parametrize(("size", "all_short", "expected"), [(1, True, 2), (32, True, 50), (16, False, 1)])

@@ -80,6 +80,22 @@ def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending
     assert claim.job_id not in advisory_locks(conn)
 
 
+def test_jobs_given_back_while_the_session_was_gone_are_let_go_not_run(session, conn, database_url):
+    s, first = session
+    jobq.enqueue("noop", conn=conn)
+    second = s.run(lambda c, _: claims.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
+    s.hand.hold(second)
+    s.hand.line_up([first, *second])
+    kill_backends(conn)
+    with psycopg.connect(database_url) as reaping:  # another host's stale reaper
+        reaping.execute("SELECT pg_advisory_lock(%s)", (LOCK_BASE | second[0].job_id,))
+        claims.release(reaping, second, lock_base=LOCK_BASE).result()
+    assert s.run(ping) == "ran"
+    assert [c.job_id for c in s.hand.held()] == [first.job_id]  # re-locked, still to run
+    assert s.hand.start_next() == s.hand.presented(first) and s.hand.start_next() is None
+    assert jobq.get(second[0].job_id, conn=conn).status == "pending"  # someone else's to run
+
+
 def test_a_connection_lost_while_relocking_is_retried_not_raised(session, conn, database_url):
     s, claim = session
     kill_backends(conn)

@@ -171,9 +171,16 @@ class Hand:
         with self._lock:
             return list(self._held.values())
 
-    def relocked(self, lost: set[int]) -> None:
+    def relocked(self, lost: set[int], taken_back: set[int]) -> None:
         """After a reconnect re-locked the held jobs: the session holds the lock of every
-        one but ``lost``."""
+        one but ``lost``; those of ``taken_back`` (pending again, perhaps running elsewhere
+        already) that were waiting to run here are let go. (One running or finished
+        keeps its place: its outcome, under a lease gone, is rejected.)"""
         with self._lock:
             for job_id, claim in self._held.items():
                 self._held[job_id] = replace(claim, locked=job_id not in lost)
+            dropped = [claim.job_id for claim in self._waiting if claim.job_id in taken_back]
+            if dropped:
+                self._waiting = deque(claim for claim in self._waiting if claim.job_id not in taken_back)
+                for job_id in dropped:
+                    del self._held[job_id]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 import psycopg
@@ -41,6 +41,10 @@ def connection_lost(exc: psycopg.Error) -> bool:
     fenced by its lease, and a retry is told it is one."""
     state = exc.sqlstate
     return state is None or state.startswith(("08", "57P"))
+
+
+def _ids(job_ids: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(job_ids))) or "-"
 
 
 class ClaimSession:
@@ -114,15 +118,16 @@ class ClaimSession:
         self.connect()
         assert self.conn is not None
         held = self.hand.held()
-        lost = claims.relock(self.conn, held, lock_base=self.lock_base) if held else set()
-        self.hand.relocked(lost)
+        found = claims.relock(self.conn, held, lock_base=self.lock_base) if held else claims.Relocked(set(), set())
+        self.hand.relocked(found.lost, found.taken_back)
         orphans = claims.release_orphans(self.conn, self.worker_id, [claim.job_id for claim in held])
         log.info(
-            "worker.reconnected worker=%s relocked=%s lost=%s orphans_released=%s",
+            "worker.reconnected worker=%s relocked=%s lost=%s taken_back=%s orphans_released=%s",
             self.worker_id,
-            len(held) - len(lost),
-            ",".join(map(str, sorted(lost))) or "-",
-            ",".join(map(str, orphans)) or "-",
+            len(held) - len(found.lost),
+            _ids(found.lost - found.taken_back),
+            _ids(found.taken_back),
+            _ids(orphans),
         )
 
     def give_back(self, jobs: list[Claim]) -> None:
