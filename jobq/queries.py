@@ -469,12 +469,14 @@ JOB_COUNT_INFLIGHT_OF_WORKER = (
 )
 
 # JOB_LOCK_STALE: claimed|running jobs whose heartbeat is older than the threshold
-# (jobs_inflight_heartbeat_idx), oldest first, of which only those whose advisory lock
+# (jobs_inflight_heartbeat_idx), oldest first, but for those of the workers spared
+# (alive, known to the reaping supervisor), of which only those whose advisory lock
 # this session can take: a job whose worker session is still connected is never
 # handed on, however late its heartbeat.
 JOB_LOCK_STALE = (
     "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
     "WHERE status IN ('claimed', 'running') AND heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) "
+    "AND coalesce(worker_id, '') <> ALL(%(spared)s::text[]) "
     "ORDER BY heartbeat_at LIMIT %(limit)s) "
     "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
 )

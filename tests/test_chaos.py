@@ -202,9 +202,9 @@ def test_workers_killed_every_second_while_draining(ledger, daemon):
 def test_the_database_restarted_immediately_twice_mid_drain(durable_postgres, daemon):
     url = durable_postgres.url()
     jobs = ledger_jobs(url, 1500, 0.005)
-    # The stale reaper kept out: a worker whose session is cut, and back, keeps its jobs
-    # (re-locked); what a reaper takes back in between may run twice, as for a lost host.
-    d = daemon(2, url=url, JOBQ_STALE_THRESHOLD="60")
+    # Down for longer than the stale threshold: the workers keep their jobs (re-locked
+    # once the database is back), their own supervisor's reaper spares them.
+    d = daemon(2, url=url)
     for round_ in (1, 2):
         with psycopg.connect(url, autocommit=True) as conn:
             wait_for(lambda: jobq.counts(conn=conn).depth["done"] >= 300 * round_, 60, "jobs flowing")
@@ -218,7 +218,7 @@ def test_the_database_restarted_immediately_twice_mid_drain(durable_postgres, da
 
 def test_every_jobq_backend_terminated_mid_drain(ledger, daemon):
     jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.005}}] * 1500, conn=ledger)
-    d = daemon(2, JOBQ_STALE_THRESHOLD="60")  # as above: the sessions come back, the reaper stays out
+    d = daemon(2)
     for round_ in (1, 2, 3):
         wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 300 * round_, 60, "jobs flowing")
         ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'")
@@ -236,6 +236,31 @@ def test_a_worker_stopped_past_the_stale_threshold_loses_nothing_and_runs_nothin
     os.kill(victim, signal.SIGCONT)
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
     tally(ledger, "a worker stopped for 2x the stale threshold", jobs, [d])
+
+
+def test_a_worker_cut_off_past_the_stale_threshold_keeps_its_jobs_and_runs_nothing_twice(ledger, daemon):
+    jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.01}}] * 300, conn=ledger)
+    d = daemon(2)
+    wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 50, 30, "jobs flowing")
+    victim = worker_pids(ledger)[0]
+    os.kill(victim, signal.SIGSTOP)  # it cannot reconnect before it is let go on
+    session = f"jobq worker %:{victim}:%"
+    ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s", (session,))
+    wait_for(lambda: not scalar(ledger, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s", session),
+             10, "its session ended, its locks with it")
+    assert held_by(ledger, victim)  # what a reaper could take
+    time.sleep(3)  # twice the stale threshold: the reaper of its own supervisor spares it
+    os.kill(victim, signal.SIGCONT)
+    wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
+    assert "reaper.reclaimed" not in d.log() and "worker.reconnected" in d.log()
+    tally(ledger, "a worker cut off for 2x the stale threshold", jobs, [d])
+
+
+def held_by(conn, pid: int) -> list[int]:
+    """The in-flight jobs of the worker process ``pid``."""
+    return [job_id for (job_id,) in conn.execute(
+        "SELECT id FROM jobs WHERE status IN ('claimed', 'running') AND worker_id LIKE %s", (f"%:{pid}:%",)
+    )]
 
 
 def test_the_supervisor_killed_and_replaced_mid_drain(ledger, daemon):

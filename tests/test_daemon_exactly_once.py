@@ -80,6 +80,10 @@ def test_a_stopped_worker_keeps_its_job_past_the_stale_threshold(ledger, daemon)
 
 
 def test_a_stopped_worker_whose_session_is_gone_loses_its_job_and_its_late_write(ledger, daemon):
+    # Another host leads maintenance: its reaper cannot tell the stopped worker from a
+    # lost host (the worker's own supervisor, which knows it alive, would spare it).
+    other_host = daemon(1, JOBQ_QUEUES="elsewhere")
+    wait_for(lambda: "maintenance.leadership_acquired" in other_host.log(), 15, "the other host leading")
     job = jobq.enqueue("ledger_sleep", {"seconds": 1}, conn=ledger)
     daemon(2)
     victim = running_worker(ledger, job.id)

@@ -72,6 +72,19 @@ def test_fresh_heartbeats_are_left_alone_even_without_a_session(conn, worker_ses
     assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).changed == 0
 
 
+def test_stale_jobs_of_a_worker_its_supervisor_knows_alive_are_spared_until_it_is_gone(conn, worker_session):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    claim(worker_session, 1, worker_id="host:1:cut")  # cut off from the database, alive
+    claim(worker_session, 1, worker_id="host:2:lost")
+    end_session(worker_session, conn)
+    age_heartbeats(conn)
+    recovered = reaper.reap_stale(conn, SETTINGS, LOCK_BASE, spared={"host:1:cut"})
+    assert recovered.released == 1
+    assert [(j.worker_id, j.status) for j in jobq.list_jobs(conn=conn, status="claimed").items] == [("host:1:cut", "claimed")]
+    assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).released == 1  # no longer spared (its G came)
+    assert advisory_locks(conn) == {}
+
+
 def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, database_url):
     job = jobq.enqueue("noop", max_retries=2, conn=conn)
     for _ in range(3):

@@ -128,6 +128,29 @@ def test_a_worker_that_dies_is_replaced_and_maintenance_is_told_its_running_job(
     assert gone.detail == "killed by signal 9 (SIGKILL)"
 
 
+def test_maintenance_hears_of_every_worker_spawned_and_a_new_one_of_every_live_worker(supervisor, system, monkeypatch):
+    supervisor.manage_workers()
+    live = {proc.worker_id for proc in supervisor.workers.values()}
+    messages, _ = supervisor.told.read()
+    assert {m.worker_id for m in messages if isinstance(m, reports.Spawned)} == live
+    kept: list[int] = []  # the new maintenance process's end of its pipe, read here instead
+
+    def pipe() -> tuple[int, int]:
+        read_fd, write_fd = real_pipe()
+        kept.append(os.dup(read_fd))
+        return read_fd, write_fd
+
+    real_pipe = reports.report_pipe
+    monkeypatch.setattr(reports, "report_pipe", pipe)
+    old, supervisor.maintenance = supervisor.maintenance, None  # it died
+    old.close()
+    supervisor.manage_maintenance()
+    told, _ = reports.Reader(kept[0]).read()
+    assert {m.worker_id for m in told if isinstance(m, reports.Spawned)} == live
+    for fd in kept:
+        os.close(fd)
+
+
 def test_a_replacement_takes_the_slot_its_predecessor_freed(supervisor, system):
     supervisor.manage_workers()
     pid, proc = next(iter(supervisor.workers.items()))

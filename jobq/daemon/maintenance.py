@@ -89,6 +89,7 @@ class Maintenance:
         self.leader_key = locks.key(settings.advisory_namespace, locks.MAINTENANCE_LEADER)
         self.stopping = threading.Event()
         self.pending: list[Pending] = []
+        self.live: set[str] = set()  # this supervisor's live workers: the stale reaper spares them
         self.conn: psycopg.Connection | None = None
         self.leader = False
         self.next_lead = 0.0
@@ -148,7 +149,12 @@ class Maintenance:
     def receive(self, reader: reports.Reader) -> bool:
         """Queue the supervisor's reports; True once the supervisor closed the pipe."""
         messages, closed = reader.read()
-        self.pending += [Pending(m, time.monotonic()) for m in messages if isinstance(m, reports.Gone)]
+        for message in messages:
+            if isinstance(message, reports.Spawned):
+                self.live.add(message.worker_id)
+            elif isinstance(message, reports.Gone):
+                self.live.discard(message.worker_id)
+                self.pending.append(Pending(message, time.monotonic()))
         return closed
 
     def pass_on_control(self) -> None:
@@ -266,7 +272,7 @@ class Maintenance:
                 duty.next_at = now + duty.every
 
     def reap_once(self, conn: Connection) -> int:
-        return reaper.reap_stale(conn, self.settings, self.lock_base).changed
+        return reaper.reap_stale(conn, self.settings, self.lock_base, spared=self.live).changed
 
     def remove_workers_once(self, conn: Connection) -> int:
         removed = presence.remove_stale(conn, self.settings.stale_threshold)

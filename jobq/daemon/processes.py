@@ -208,14 +208,14 @@ class WorkerProcess:
 
 @dataclass
 class MaintenanceProcess:
-    """The maintenance process, the pipe the supervisor tells it about gone workers on,
+    """The maintenance process, the pipe the supervisor tells it about its workers on,
     and the one it passes operators' cancels and pauses back on."""
 
     pid: int
     fd: int
     control: reports.Reader
 
-    def tell(self, message: reports.Gone) -> None:
+    def tell(self, message: reports.Spawned | reports.Gone) -> None:
         try:
             os.write(self.fd, reports.encode(message))
         except OSError as exc:

@@ -14,12 +14,14 @@ long GC pause) never has its job handed to someone else.
   supervisor): a claimed job goes back to pending with no attempt counted; a
   running one counts a failed attempt, ``worker lost``, so that a job that kills
   every worker that runs it ends in the dead-letter table instead of looping.
+  The jobs of workers the reaping supervisor knows alive are spared: a worker cut
+  off from the database keeps them, and re-locks them when it is back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import psycopg
@@ -68,10 +70,12 @@ class Recovered:
         return self.completed + self.released + self.retried + self.dead + self.superseded
 
 
-def reap_stale(conn: Connection, settings: Settings, lock_base: int) -> Recovered:
+def reap_stale(conn: Connection, settings: Settings, lock_base: int, *, spared: Collection[str] = ()) -> Recovered:
     """One pass of the stale reaper over jobs whose heartbeat is older than
-    ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone."""
-    rows = _locked(conn, queries.JOB_LOCK_STALE, {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH}, lock_base)
+    ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone, but for the workers
+    ``spared`` (alive: this supervisor's own)."""
+    params = {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH, "spared": list(spared)}
+    rows = _locked(conn, queries.JOB_LOCK_STALE, params, lock_base)
     def write() -> Recovered:
         recovered = _recover(conn, rows, {}, settings, lock_base)
         _count(conn, rows, RECLAIMED_COUNTER, recovered)

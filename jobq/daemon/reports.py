@@ -6,6 +6,10 @@ Worker -> supervisor (the worker's report pipe):
 memory, no message per job, :mod:`jobq.daemon.jobboard`.)
 
 Supervisor -> maintenance:
+    ``S <worker_id>``  a worker of this supervisor is alive (sent at its spawn, and for
+    every live worker to a maintenance process spawned again): the stale reaper leaves
+    its jobs alone, however late their heartbeat (its own session re-locks them when
+    it is back; its ``G`` recovers them if it dies).
     ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
     recover its in-flight jobs. ``kind`` is ``crash``, ``timeout``, ``cancel`` or
     ``shutdown``; job_id and lease are 0 when it ran no job.
@@ -60,6 +64,11 @@ class Pause:
 
 
 @dataclass(frozen=True, slots=True)
+class Spawned:
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Gone:
     worker_id: str
     job_id: int  # 0: no job was running
@@ -98,7 +107,7 @@ def describe_exit(status: int) -> str:
     return f"exit code {code}"
 
 
-Message = BootError | Gone | Cancel | Pause
+Message = BootError | Spawned | Gone | Cancel | Pause
 
 
 def encode(message: Message) -> bytes:
@@ -108,6 +117,8 @@ def encode(message: Message) -> bytes:
         line = f"C {message.job_id}"
     elif isinstance(message, Pause):
         line = "P " + _one_line(message.queue)
+    elif isinstance(message, Spawned):
+        line = f"S {message.worker_id}"
     else:
         noted = "".join(
             f"D {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.result or ''}\n" for f in message.finished
@@ -129,6 +140,8 @@ def decode(line: bytes) -> Message | Noted:
         return Cancel(int(rest))
     if tag == "P":
         return Pause(rest)
+    if tag == "S":
+        return Spawned(rest)
     if tag == "G":
         worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
         return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)

@@ -164,6 +164,7 @@ class Supervisor:
             control_fd=control_write,
         )
         log.info("supervisor.spawned worker=%s", worker_id)
+        self.tell_maintenance(reports.Spawned(worker_id))
 
     def free_slots(self, n: int) -> list[int]:
         """The ``n`` lowest slots of the idle board that no live worker holds and whose
@@ -186,6 +187,8 @@ class Supervisor:
         os.set_blocking(write_fd, False)
         self.system.set_process_group(pid)
         self.maintenance = MaintenanceProcess(pid, write_fd, reports.Reader(control_read))
+        for proc in self.workers.values():
+            self.maintenance.tell(reports.Spawned(proc.worker_id))
 
     def inherited_fds(self) -> list[int]:
         """The supervisor's pipe ends that a forked child must close."""
@@ -306,9 +309,12 @@ class Supervisor:
         if not self.stopping and self.maintenance is None:
             self.spawn_maintenance()
 
-    def tell_maintenance(self, message: reports.Gone) -> None:
-        if self.maintenance is None:
-            log.warning("supervisor.unrecovered worker=%s: no maintenance process; the stale reaper will", message.worker_id)
+    def tell_maintenance(self, message: reports.Spawned | reports.Gone) -> None:
+        if self.maintenance is None:  # one spawned again is told of every live worker
+            if isinstance(message, reports.Gone):
+                log.warning(
+                    "supervisor.unrecovered worker=%s: no maintenance process; the stale reaper will", message.worker_id
+                )
             return
         self.maintenance.tell(message)
 
