@@ -33,6 +33,8 @@ statement directly to set up a row or to ``EXPLAIN`` it.
 
 from __future__ import annotations
 
+from jobq.spec import MAX_PRIORITY, MIN_PRIORITY
+
 # Array parameters go in binary (%(name)b): a text array literal costs the client a
 # regular-expression escape of every element (40 % of the Python time of a 1,000-job
 # enqueue_many, 8 % of a worker's).
@@ -248,15 +250,23 @@ OPEN_QUEUES = (
     "WHERE NOT EXISTS (SELECT FROM jobq_queues AS p WHERE p.name = q.queue AND p.paused_at IS NOT NULL))"
 )
 
+# EACH_PRIORITY: the priorities, to read pending jobs in run_at order through the claim
+# index: within one (queue, priority), jobs_pending_claim_idx is in run_at order, so
+# the earliest pending job of a queue is the earliest of one probe per priority. (An
+# index of pending jobs by (queue, run_at) would answer with one probe, but every new
+# job would pay it an entry: 1-2 us of a bulk enqueue's 15, more than all the probes.)
+EACH_PRIORITY = f"generate_series({MIN_PRIORITY}, {MAX_PRIORITY}) AS p(priority)"
+
 # JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
 # idle worker sleeps until then and not a whole poll interval; paused queues are left
 # out first (one primary-key probe of jobq_queues per queue: OPEN_QUEUES), so that no
-# idle worker spins on a paused queue's due jobs; then one index probe per queue
-# (jobs_pending_run_at_idx). NULL when nothing is pending.
+# idle worker spins on a paused queue's due jobs; then one probe of the claim index per
+# queue and priority (EACH_PRIORITY). NULL when nothing is pending.
 JOB_NEXT_RUN_AT = (
     "WITH " + OPEN_QUEUES + " SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
-    "FROM open_queues AS q, LATERAL ("
-    "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue ORDER BY run_at LIMIT 1) AS next"
+    "FROM open_queues AS q CROSS JOIN " + EACH_PRIORITY + ", LATERAL ("
+    "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue AND priority = p.priority "
+    "ORDER BY run_at LIMIT 1) AS next"
 )
 
 # ---------------------------------------------------------------------------------------
@@ -603,12 +613,14 @@ WORKER_LIST = (
 )
 
 # JOB_GET_OLDEST_DUE: the oldest due pending job of each of some queues (one probe of
-# jobs_pending_run_at_idx per queue), oldest first.
+# the claim index per queue and priority: EACH_PRIORITY), oldest first.
 JOB_GET_OLDEST_DUE = (
-    "SELECT j.id, j.type, j.queue, j.run_at, extract(epoch FROM now() - j.run_at)::float8 "
-    "FROM unnest(%(queues)b::text[]) AS q(queue), LATERAL ("
-    "SELECT id, type, queue, run_at FROM jobs WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
-    "ORDER BY run_at LIMIT 1) AS j ORDER BY j.run_at"
+    "SELECT id, type, queue, run_at, extract(epoch FROM now() - run_at)::float8 FROM ("
+    "SELECT DISTINCT ON (j.queue) j.id, j.type, j.queue, j.run_at "
+    "FROM unnest(%(queues)b::text[]) AS q(queue) CROSS JOIN " + EACH_PRIORITY + ", LATERAL ("
+    "SELECT id, type, queue, run_at FROM jobs "
+    "WHERE status = 'pending' AND queue = q.queue AND priority = p.priority AND run_at <= now() "
+    "ORDER BY run_at LIMIT 1) AS j ORDER BY j.queue, j.run_at) AS oldest ORDER BY run_at"
 )
 
 # JOB_LIST_RECENT_FAILURES: jobs whose last run failed, latest first (jobs_failed_idx).
@@ -737,9 +749,10 @@ MINUTE_LIST_OF_QUEUE = (
 
 # JOBS_UNANALYSED: whether jobs holds at least %(min_rows)s rows and has never been
 # analysed, by hand or by autovacuum (whose first pass may be a minute away): the
-# planner then guesses, and its guess for the claim reads every due job of the queue
-# through jobs_pending_run_at_idx and sorts them all (23 ms a claim with 50,000 jobs
-# waiting, 80 ms with 200,000) instead of the first ones through jobs_pending_claim_idx.
+# planner then guesses, and its guess for the claim read every due job of the queue
+# through the (queue, run_at) index of schema 1 and sorted them all (23 ms a claim with
+# 50,000 jobs waiting, 80 ms with 200,000) instead of the first ones through
+# jobs_pending_claim_idx.
 JOBS_UNANALYSED = (
     "SELECT coalesce(last_analyze, last_autoanalyze) IS NULL AND n_live_tup >= %(min_rows)s "
     "FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass"
@@ -1193,8 +1206,10 @@ DEAD_LETTER_GROUP_GET = (
 )
 
 # JOB_COUNT_SCHEDULED_UP_TO: per queue, pending jobs whose run_at is still ahead, counted
-# no further than %(cap)s (a range of jobs_pending_run_at_idx per queue).
+# no further than %(cap)s (a range of the claim index per queue and priority, until
+# %(cap)s are found: EACH_PRIORITY).
 JOB_COUNT_SCHEDULED_UP_TO = (
-    "SELECT q.queue, (SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'pending' AND queue = q.queue "
-    "AND run_at > now() LIMIT %(cap)s) AS s) FROM unnest(%(queues)s::text[]) AS q(queue)"
+    "SELECT q.queue, (SELECT count(*) FROM (SELECT FROM " + EACH_PRIORITY + ", LATERAL ("
+    "SELECT FROM jobs WHERE status = 'pending' AND queue = q.queue AND priority = p.priority AND run_at > now() "
+    "LIMIT %(cap)s) AS s LIMIT %(cap)s) AS c) FROM unnest(%(queues)s::text[]) AS q(queue)"
 )

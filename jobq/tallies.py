@@ -70,7 +70,7 @@ def _from_counters(conn: Connection, queue: str | None, job_type: str | None) ->
 def scheduled(queues: list[str], *, cap: int = COUNT_LIMIT, conn: Connection | None = None) -> dict[str, int]:
     """Pending jobs not due yet (``run_at`` in the future) per queue, each counted up to
     ``cap`` + 1 (more than ``cap`` reads as ``cap + 1``: show it as "cap+"). One statement,
-    a range of ``jobs_pending_run_at_idx`` per queue."""
+    a few ranges of the claim index per queue."""
     with connection(conn) as c:
         rows = c.execute(queries.JOB_COUNT_SCHEDULED_UP_TO, {"queues": queues, "cap": cap + 1}).fetchall()
     return {queue: int(n) for queue, n in rows}

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims
+from jobq import claims, queries, tallies
 from support import LOCK_BASE, advisory_locks, claim, complete, drain, fail
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
@@ -183,3 +183,22 @@ def test_due_half_of_a_thousand_jobs_is_done_and_no_lock_is_left(conn):
     by_status = dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
     assert by_status == {"done": 500, "pending": 500}
     assert advisory_locks(conn) == {}
+
+
+def test_the_next_due_the_oldest_due_and_the_scheduled_count_read_every_priority(conn):
+    # The claim index is in run_at order only within a priority: each read takes the
+    # earliest of one probe per priority, whichever priority holds it.
+    now = datetime.now(timezone.utc)
+    jobq.enqueue_many(
+        [{"type": "noop", "priority": 10, "run_at": future(600)}, {"type": "noop", "priority": 1, "run_at": future(60)}]
+        + [{"type": "noop", "priority": p, "run_at": future(900)} for p in range(2, 10)],
+        conn=conn,
+    )
+    assert 50 < claims.next_run_in(conn, ["default"]).result() <= 60
+    assert tallies.scheduled(["default", "other"], cap=100, conn=conn) == {"default": 10, "other": 0}
+    assert tallies.scheduled(["default"], cap=3, conn=conn) == {"default": 4}  # "3+"
+    oldest = jobq.enqueue("noop", priority=2, run_at=now - timedelta(seconds=30), conn=conn)
+    jobq.enqueue("noop", priority=9, run_at=now - timedelta(seconds=10), conn=conn)
+    assert claims.next_run_in(conn, ["default"]).result() <= -30
+    (row,) = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": ["default"]}).fetchall()
+    assert row[0] == oldest.id and row[4] >= 30
