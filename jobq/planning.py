@@ -3,9 +3,11 @@
 PostgreSQL plans from statistics that autovacuum gathers on its own schedule. A jobs
 table that has never been analysed (a new install that meets a backlog before
 autovacuum's first pass, a minute away at most by default, or never where autovacuum
-is off) is planned on guesses, and the guesses make the claim sort the whole backlog.
-The maintenance leader looks every few seconds and analyses such a table itself; once
-it has statistics, autovacuum keeps them.
+is off) is planned on guesses. Up to schema 11, the guesses made the claim sort the
+whole backlog through a second index of pending jobs (23 ms a claim with 50,000
+waiting); schema 12 dropped that index, but every other plan over jobs is still a
+guess. The maintenance leader looks every few seconds and analyses such a table
+itself; once it has statistics, autovacuum keeps them.
 """
 
 from __future__ import annotations
