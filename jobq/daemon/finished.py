@@ -77,9 +77,9 @@ class FinishedArea:
     def written(self, upto: int) -> None:
         """The records up to ``upto`` (an :meth:`end` taken earlier) are written: no
         longer to be passed on."""
-        _, end = _HEADER.unpack_from(self._area, 0)
         if not upto:
             return
+        _, end = _HEADER.unpack_from(self._area, 0)
         _HEADER.pack_into(self._area, 0, *((0, 0) if upto >= end else (upto, end)))
 
     def take(self) -> list[Finished]:

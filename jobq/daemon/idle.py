@@ -25,6 +25,7 @@ import time
 
 SLOTS = 1024
 BUSY, IDLE, COVERED = 0, 1, 2  # a slot's first byte
+_IDLE_BYTE = bytes([IDLE])
 TAKE_OVER = 0.001  # seconds a lower idle worker has to read a notification left to it
 
 
@@ -57,10 +58,10 @@ class IdleBoard:
     def lowest_idle(self, below: int, n: int) -> list[int]:
         """The ``n`` lowest idle slots under ``below``."""
         found: list[int] = []
-        at = self._board.find(b"\x01", 0, below)
+        at = self._board.find(_IDLE_BYTE, 0, below)
         while at >= 0 and len(found) < n:
             found.append(at)
-            at = self._board.find(b"\x01", at + 1, below)
+            at = self._board.find(_IDLE_BYTE, at + 1, below)
         return found
 
     def reads(self, slot: int) -> int:
