@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
-AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard
+AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard scale
 
 .PHONY: run test browser $(addprefix test-,$(AREAS)) coverage clean
 

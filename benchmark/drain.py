@@ -1,11 +1,13 @@
 """How fast `jobq worker` drains a backlog, and how soon an idle worker starts a job.
 
-    python benchmark/drain.py --jobs 20000 --workers 2 [--rate 200 --latency-jobs 2000]
+    python benchmark/drain.py --jobs 20000 --workers 2 [--supervisors 1] [--rate 200 --latency-jobs 2000]
                               [--only drain|latency] [--database-url URL] [--log-level INFO] [--json]
 
-1. Drain: enqueue N noop jobs with enqueue_many, start `jobq worker --concurrency W`,
-   wait until every job is done. Jobs/s is measured from the first claim to the last
-   completion, both read from the database (claimed_at, completed_at).
+1. Drain: enqueue N noop jobs with enqueue_many, start `jobq worker --concurrency W`
+   (S of them with --supervisors S, each a host of its own by JOBQ_HOSTNAME, as several
+   machines against one database), wait until every job is done. Jobs/s is measured
+   from the first claim to the last completion, both read from the database
+   (claimed_at, completed_at); the sessions each supervisor held are counted meanwhile.
 2. Latency: with the workers idle, enqueue jobs one at a time at a steady rate and
    report enqueue-to-start percentiles and the maximum (started_at - created_at,
    database clock).
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
+from contextlib import ExitStack
 
 import psycopg
 
@@ -40,15 +44,30 @@ def wait_done(conn: psycopg.Connection, n: int, timeout: float) -> None:
     raise SystemExit(f"only {jobq.counts(conn=conn).depth['done']} of {n} jobs done after {timeout} s")
 
 
-def drain(url: str, n: int, workers: int, log_level: str) -> dict:
+def drain(url: str, n: int, workers: int, log_level: str, supervisors: int = 1) -> dict:
     reset(url)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True) as conn, ExitStack() as hosts:
         for start in range(0, n, 10_000):
             jobq.enqueue_many([{"type": "noop"}] * min(10_000, n - start), conn=conn)
-        with stack.workers(url, workers, env={"JOBQ_LOG_LEVEL": log_level}):
-            wait_done(conn, n, timeout=600)
+        for host in range(supervisors):
+            env = {"JOBQ_LOG_LEVEL": log_level, "JOBQ_HOSTNAME": f"host-{host}"}
+            hosts.enter_context(stack.workers(url, workers, env=env, log_name=f"worker-host-{host}"))
+        wait_done(conn, n // 2, timeout=600)
+        sessions = sessions_by_host(conn)
+        wait_done(conn, n, timeout=600)
         done, seconds = conn.execute(DRAIN_STATS).fetchone()
-    return {"jobs": done, "seconds": round(float(seconds), 3), "jobs_per_s": round(done / float(seconds))}
+    return {
+        "jobs": done,
+        "seconds": round(float(seconds), 3),
+        "jobs_per_s": round(done / float(seconds)),
+        "sessions_per_supervisor": sorted(sessions.values()),
+    }
+
+
+def sessions_by_host(conn: psycopg.Connection) -> Counter:
+    """jobq's sessions now, by the host their application_name names ("jobq worker host-0:...")."""
+    names = conn.execute("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'jobq %'")
+    return Counter(name.rsplit(" ", 1)[-1].split(":", 1)[0] for (name,) in names)
 
 
 def latency(url: str, n: int, rate: float, workers: int, log_level: str) -> dict:
@@ -73,6 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--supervisors", type=int, default=1, help="supervisors of --workers each, one per host name")
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--latency-jobs", type=int, default=2000)
     parser.add_argument("--log-level", default="INFO")
@@ -83,9 +103,10 @@ def main() -> None:
 
     with database(args.database_url) as url:
         migrated(url)
-        result = {**environment(), "workers": args.workers, "log_level": args.log_level}
+        result = {**environment(), "workers": args.workers, "supervisors": args.supervisors}
+        result["log_level"] = args.log_level
         if args.only != "latency":
-            result["drain"] = drain(url, args.jobs, args.workers, args.log_level)
+            result["drain"] = drain(url, args.jobs, args.workers, args.log_level, args.supervisors)
         if args.only != "drain":
             result["latency"] = latency(url, args.latency_jobs, args.rate, args.workers, args.log_level)
     if args.json:
@@ -93,7 +114,13 @@ def main() -> None:
         return
     if "drain" in result:
         d = result["drain"]
-        print(f"drain    {d['jobs']:,} noop jobs, {args.workers} workers: {d['jobs_per_s']:,} jobs/s ({d['seconds']} s)")
+        hosts = f"{args.workers} workers"
+        if args.supervisors > 1:
+            hosts = f"{args.supervisors} supervisors of {hosts}"
+        print(
+            f"drain    {d['jobs']:,} noop jobs, {hosts}: {d['jobs_per_s']:,} jobs/s ({d['seconds']} s); "
+            f"sessions per supervisor {d['sessions_per_supervisor']}"
+        )
     if "latency" in result:
         lat = result["latency"]
         print(

@@ -57,11 +57,14 @@ def gunicorn(
 
 
 @contextmanager
-def workers(url: str, concurrency: int, *, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """``jobq worker --concurrency N`` (the Procfile's ``worker:`` line), stopped with TERM."""
+def workers(
+    url: str, concurrency: int, *, env: dict[str, str] | None = None, log_name: str = "worker"
+) -> Iterator[subprocess.Popen]:
+    """``jobq worker --concurrency N`` (the Procfile's ``worker:`` line), stopped with TERM;
+    its output in ``<log_name>.log``."""
     LOG_DIR.mkdir(exist_ok=True)
     environ = {**os.environ, "DATABASE_URL": url, "JOBQ_CONCURRENCY": str(concurrency), **(env or {})}
-    with open(LOG_DIR / "worker.log", "w") as out:
+    with open(LOG_DIR / f"{log_name}.log", "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "jobq", "worker"], env=environ, stdout=out, stderr=subprocess.STDOUT)
     try:
         yield proc

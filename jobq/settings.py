@@ -13,6 +13,7 @@ and exit non-zero before starting anything.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from typing import Annotated, Literal
@@ -89,6 +90,9 @@ class Settings(BaseModel):
     backoff_jitter: float = Field(DEFAULT_BACKOFF_JITTER, ge=0, le=1)
 
     concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
+    # Names this supervisor's host in worker ids (host:pid:token), in workers.hostname and
+    # in its sessions' application_name: one word, so that log lines stay key=value.
+    hostname: str = Field(default_factory=socket.gethostname, pattern=r"^\S+$", max_length=255)
     queues: Names = DEFAULT_QUEUES
     poll_interval: Seconds = DEFAULT_POLL_INTERVAL
     heartbeat_interval: Seconds = DEFAULT_HEARTBEAT_INTERVAL

@@ -1,3 +1,4 @@
+import socket
 import threading
 
 import pytest
@@ -16,6 +17,11 @@ def test_defaults_apply_when_nothing_is_set():
     assert settings.queues == ("default",)
     assert settings.database_url is None
     assert settings.concurrency >= 1
+    assert settings.hostname == socket.gethostname()
+
+
+def test_a_supervisor_can_name_its_host():
+    assert Settings.from_env({"JOBQ_HOSTNAME": "web-2.eu"}).hostname == "web-2.eu"
 
 
 def test_lists_are_comma_separated_and_trimmed():
@@ -51,6 +57,8 @@ def test_empty_value_means_unset():
         ("JOBQ_DEAD_CONNECTION_TIMEOUT", "-1"),
         ("JOBQ_DEAD_CONNECTION_TIMEOUT", "0.5"),
         ("JOBQ_DEAD_CONNECTION_TIMEOUT", "never"),
+        ("JOBQ_HOSTNAME", "two words"),
+        ("JOBQ_HOSTNAME", "h" * 256),
     ],
 )
 def test_bad_value_names_its_variable(variable, value):

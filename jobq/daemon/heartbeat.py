@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ class Heartbeat(threading.Thread):
         outcomes: Outcomes,
         *,
         worker_id: str,
+        hostname: str,
         queues: Sequence[str],
         interval: float,
         parent_pid: int,
@@ -57,6 +57,7 @@ class Heartbeat(threading.Thread):
         self.hand = hand
         self.outcomes = outcomes
         self.worker_id = worker_id
+        self.hostname = hostname
         self.queues = list(queues)
         self.interval = interval
         self.parent_pid = parent_pid
@@ -95,7 +96,7 @@ class Heartbeat(threading.Thread):
         def write(conn, _retried):  # type: ignore[no-untyped-def]
             now = self.hand.in_hand()  # under the session lock: what the database has
             if not presence.beat(conn, self.worker_id, now.running, now.recorded):
-                presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
+                presence.register(conn, self.worker_id, self.hostname, os.getpid(), self.queues)
                 presence.declare(conn, self.worker_id, declarations.hashes())
             return claims.heartbeat(conn, now.held).result() if now.held else set()
 

@@ -87,6 +87,7 @@ class Maintenance:
         self.control_fd = control_fd
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.leader_key = locks.key(settings.advisory_namespace, locks.MAINTENANCE_LEADER)
+        self.name = ""  # host:pid, for its sessions' application_name: known in the child (run)
         self.stopping = threading.Event()
         self.pending: list[Pending] = []
         self.live: set[str] = set()  # this supervisor's live workers: the stale reaper spares them
@@ -120,9 +121,10 @@ class Maintenance:
         self.wakeup = SelfPipe.for_child(stop=lambda *_: self.stopping.set(), quit=lambda *_: os._exit(0))
         reader = reports.Reader(self.command_fd)
         parent = os.getppid()
+        self.name = f"{self.settings.hostname}:{os.getpid()}"
         log.info("maintenance.started pid=%s", os.getpid())
         self.control = Listener(
-            self.settings.require_database_url(), application_name="jobq control", channel=CONTROL_CHANNEL
+            self.settings.require_database_url(), application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL
         )
         self.control.connect()
         closed = False  # the supervisor's end of the pipe closes when it dies
@@ -217,7 +219,8 @@ class Maintenance:
             return False
         try:
             url = self.settings.require_database_url()
-            self.conn = db.connect_counting(url, application_name="jobq maintenance", lock_base=self.lock_base)
+            name = f"jobq maintenance {self.name}"
+            self.conn = db.connect_counting(url, application_name=name, lock_base=self.lock_base)
         except DatabaseUnavailable as exc:
             delay = self.reconnect.next()
             log.warning("maintenance.db_unavailable retry_in=%.1fs error=%s", delay, exc)

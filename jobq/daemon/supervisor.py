@@ -20,7 +20,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 
@@ -54,7 +53,7 @@ class Supervisor:
         self.settings = settings
         self.system = system or System()
         self.num_workers = settings.concurrency
-        self.hostname = socket.gethostname()
+        self.hostname = settings.hostname
         self.workers: dict[int, WorkerProcess] = {}
         self.maintenance: MaintenanceProcess | None = None
         self.signals: list[int] = []

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -122,7 +121,7 @@ class Worker:
 
     def run(self) -> int:
         """Boot, work until asked to stop, leave. Returns the process exit code."""
-        self.worker_id = worker_name(socket.gethostname(), os.getpid(), self.token)
+        self.worker_id = worker_name(self.settings.hostname, os.getpid(), self.token)
         self.parent_pid = os.getppid()
         try:
             self.boot()
@@ -165,7 +164,7 @@ class Worker:
         except SchemaError as exc:
             raise BootFailure(str(exc)) from exc
         self.session.run(
-            lambda conn, _: presence.register(conn, self.worker_id, socket.gethostname(), os.getpid(), self.queues)
+            lambda conn, _: presence.register(conn, self.worker_id, self.settings.hostname, os.getpid(), self.queues)
         )
         self.declare_schedules()
         self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
@@ -175,6 +174,7 @@ class Worker:
             self.hand,
             self.outcomes,
             worker_id=self.worker_id,
+            hostname=self.settings.hostname,
             queues=self.queues,
             interval=self.settings.heartbeat_interval,
             parent_pid=self.parent_pid,
