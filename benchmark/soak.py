@@ -1,0 +1,274 @@
+"""Sustained load with retention: does jobq stay flat for as long as it runs?
+
+    python benchmark/soak.py --minutes 30 [--rate R] [--workers 2] [--retention 120]
+                             [--sample-seconds 60] [--database-url URL] [--plot FILE] [--json]
+
+A producer enqueues noop jobs at a steady rate (default: 70 % of the drain rate
+measured first, 20,000 jobs with the same workers) in small batches, every 20 ms,
+while `jobq worker` drains them and the maintenance leader deletes finished jobs
+older than --retention seconds. Each sample period (a minute by default) reports the
+drain rate (completions counted by jobq's counters), enqueue -> start p50 / p99 of
+the jobs finished in it (database clock), the size on disk of `jobs` and of its
+indexes, its dead tuples, the WAL written, the oldest open transaction's age, and
+the resident memory of the supervisor, its maintenance process and its largest
+worker. At the end the producer stops, the backlog drains, and every enqueued job
+must be counted done.
+
+What must hold (printed at the end): drain rate and p99 over the last 5 samples
+within 10 % of the first 5; `jobs` (table and indexes) not growing after the first
+retention cycle; each process's memory flat after warm-up; nothing lost.
+
+Without --database-url an embedded PostgreSQL 16 (default settings, fsync on) is
+started for the run. Extra JOBQ_* variables in the environment reach the workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+import jobq
+import stack
+from common import database, emit, environment, migrated, reset
+from drain import drain
+
+TICK = 0.02  # seconds between two batches of the producer
+WARM_UP_SAMPLES = 2  # memory is compared from the end of this sample on
+WINDOW = 5  # samples compared at the start and the end
+TOLERANCE = 0.10
+
+FINISHED_IN_PERIOD = (
+    "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)) "
+    "FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s)"
+)
+TABLE_STATE = (
+    "SELECT pg_table_size('jobs'), pg_indexes_size('jobs'), "
+    "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), "
+    "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint, "
+    "(SELECT greatest(max(extract(epoch FROM now() - xact_start)), 0) FROM pg_stat_activity "
+    " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid())"
+)
+
+
+class Producer(threading.Thread):
+    """Enqueues ``rate`` noop jobs a second, in a batch every TICK, until stopped."""
+
+    def __init__(self, url: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.rate = rate
+        self.sent = 0
+        self.behind = 0.0  # the most seconds the producer fell behind its schedule
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            started = time.monotonic()
+            while not self.stopping.is_set():
+                due = int((time.monotonic() - started) * self.rate) - self.sent
+                if due > 0:
+                    jobq.enqueue_many([{"type": "noop"}] * due, conn=conn)
+                    self.sent += due
+                self.behind = max(self.behind, due / self.rate - TICK)
+                self.stopping.wait(TICK)
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def memory(conn: psycopg.Connection, supervisor: int) -> dict[str, float]:
+    """Resident MB of the supervisor, its maintenance process and its largest worker."""
+    workers = {pid for (pid,) in conn.execute("SELECT pid FROM workers")}
+    kids = children(supervisor)
+    sizes = {"supervisor": rss_mb(supervisor)}
+    sizes["maintenance"] = max((rss_mb(pid) for pid in kids if pid not in workers), default=float("nan"))
+    sizes["worker_max"] = max((rss_mb(pid) for pid in kids if pid in workers), default=float("nan"))
+    return sizes
+
+
+def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_before: int, supervisor: int) -> dict:
+    done = jobq.counts(conn=conn).totals.get("done_total", 0)
+    p50, p99 = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()[0] or (math.nan, math.nan)
+    table, indexes, dead, wal, oldest = conn.execute(TABLE_STATE).fetchone()
+    return {
+        "done_total": done,
+        "drain_per_s": round((done - done_before) / seconds),
+        "p50_ms": round(p50 * 1000, 1),
+        "p99_ms": round(p99 * 1000, 1),
+        "table_mb": round(table / 2**20, 1),
+        "indexes_mb": round(indexes / 2**20, 1),
+        "dead_tuples": dead or 0,
+        "wal_mb": round((wal - wal_before) / 2**20, 1),
+        "wal_position": wal,
+        "oldest_xact_s": round(float(oldest), 1),
+        "rss_mb": {name: round(size, 1) for name, size in memory(conn, supervisor).items()},
+    }
+
+
+def verdict(samples: list[dict], retention_samples: int, lost: int) -> dict[str, bool]:
+    """The soak's four conditions (see the module's docstring)."""
+    first, last = samples[:WINDOW], samples[-WINDOW:]
+
+    def within(field: str) -> bool:
+        start, end = statistics.mean(s[field] for s in first), statistics.mean(s[field] for s in last)
+        return abs(end - start) <= TOLERANCE * start
+
+    size = [s["table_mb"] + s["indexes_mb"] for s in samples]
+    settled = size[min(retention_samples, len(size) - 1)]  # after the first retention cycle
+    warm = samples[min(WARM_UP_SAMPLES, len(samples) - 1)]["rss_mb"]
+    return {
+        "drain rate flat": within("drain_per_s"),
+        "p99 flat": within("p99_ms"),
+        "size bounded": max(size[min(retention_samples, len(size) - 1):]) <= (1 + TOLERANCE) * settled,
+        "memory flat": all(samples[-1]["rss_mb"][name] <= (1 + TOLERANCE) * warm[name] for name in warm),
+        "nothing lost": lost == 0,
+    }
+
+
+def soak(url: str, args: argparse.Namespace) -> dict:
+    rate = args.rate
+    measured = None
+    if rate is None:
+        measured = drain(url, 20_000, args.workers, "WARNING")["jobs_per_s"]
+        rate = 0.7 * measured
+    reset(url)
+    env = {"JOBQ_LOG_LEVEL": "WARNING", "JOBQ_RETENTION": str(args.retention)}
+    samples: list[dict] = []
+    with psycopg.connect(url, autocommit=True) as conn, stack.workers(url, args.workers, env=env) as supervisor:
+        time.sleep(2)  # booted
+        producer = Producer(url, rate)
+        wal = conn.execute(TABLE_STATE).fetchone()[3]
+        done = 0
+        producer.start()
+        end = time.monotonic() + args.minutes * 60
+        while time.monotonic() < end - args.sample_seconds / 2:
+            time.sleep(args.sample_seconds)
+            samples.append(sample(conn, args.sample_seconds, done, wal, supervisor.pid))
+            done, wal = samples[-1]["done_total"], samples[-1]["wal_position"]
+            if not args.json:
+                print(row(len(samples), samples[-1]), flush=True)
+        producer.stopping.set()
+        producer.join()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            depth = jobq.counts(conn=conn).depth
+            if depth["pending"] + depth["claimed"] + depth["running"] == 0:
+                break
+            time.sleep(0.5)
+        totals = jobq.counts(conn=conn).totals
+    enqueued, finished = totals.get("enqueued_total", 0), totals.get("done_total", 0)
+    retention_samples = math.ceil(args.retention / args.sample_seconds) + 1
+    return {
+        "rate_per_s": round(rate),
+        "measured_drain_per_s": measured,
+        "minutes": args.minutes,
+        "sample_seconds": args.sample_seconds,
+        "retention_s": args.retention,
+        "workers": args.workers,
+        "producer_sent": producer.sent,
+        "producer_behind_s": round(producer.behind, 3),
+        "enqueued_total": enqueued,
+        "done_total": finished,
+        "samples": samples,
+        "holds": verdict(samples, retention_samples, enqueued - finished),
+    }
+
+
+HEADER = (
+    "| sample | drain/s | p50 ms | p99 ms | table MB | indexes MB | dead tuples | WAL MB | oldest xact s "
+    "| RSS MB (supervisor / maintenance / worker max) |\n|" + "---|" * 10
+)
+
+
+def row(index: int, s: dict) -> str:
+    rss = s["rss_mb"]
+    return (
+        f"| {index} | {s['drain_per_s']:,} | {s['p50_ms']} | {s['p99_ms']} | {s['table_mb']} | {s['indexes_mb']} "
+        f"| {s['dead_tuples']:,} | {s['wal_mb']} | {s['oldest_xact_s']} "
+        f"| {rss['supervisor']} / {rss['maintenance']} / {rss['worker_max']} |"
+    )
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = result["samples"]
+    minutes = [(i + 1) * result["sample_seconds"] / 60 for i in range(len(samples))]
+    fig, axes = plt.subplots(3, 1, figsize=(7, 8), sharex=True)
+    axes[0].plot(minutes, [s["drain_per_s"] for s in samples], "o-")
+    axes[0].set_ylabel("drained jobs/s")
+    axes[1].plot(minutes, [s["p50_ms"] for s in samples], "o-", label="p50")
+    axes[1].plot(minutes, [s["p99_ms"] for s in samples], "s-", label="p99")
+    axes[1].set_ylabel("enqueue -> start, ms")
+    axes[1].legend()
+    axes[2].plot(minutes, [s["table_mb"] for s in samples], "o-", label="jobs table")
+    axes[2].plot(minutes, [s["indexes_mb"] for s in samples], "s-", label="its indexes")
+    axes[2].set_ylabel("MB on disk")
+    axes[2].set_xlabel("minutes")
+    axes[2].legend()
+    fig.suptitle(f"Soak: {result['rate_per_s']:,} jobs/s offered, retention {result['retention_s']:g} s")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--rate", type=float, help="jobs/s offered (default: 70%% of a drain measured first)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--retention", type=float, default=120, help="JOBQ_RETENTION of the workers, seconds")
+    parser.add_argument("--sample-seconds", type=float, default=60)
+    parser.add_argument("--database-url")
+    parser.add_argument("--plot", type=Path)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    with database(args.database_url) as url:
+        migrated(url)
+        if not args.json:
+            print(HEADER, flush=True)
+        result = {**environment(), **soak(url, args)}
+    if args.plot:
+        plot(result, args.plot)
+    if args.json:
+        emit(result, True)
+        return
+    print(
+        f"offered {result['rate_per_s']:,} jobs/s for {args.minutes:g} min "
+        f"(producer at most {result['producer_behind_s']} s behind); "
+        f"enqueued {result['enqueued_total']:,}, done {result['done_total']:,}"
+    )
+    for condition, holds in result["holds"].items():
+        print(f"{condition}: {'holds' if holds else 'DOES NOT HOLD'}")
+
+
+if __name__ == "__main__":
+    main()
