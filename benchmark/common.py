@@ -70,3 +70,10 @@ def emit(result: dict, as_json: bool) -> None:
     if as_json:
         json.dump(result, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay out a matplotlib figure and write it to ``path`` (its folder made if missing)."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)

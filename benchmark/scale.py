@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 
 import jobq
-from common import database, emit, environment, migrated, percentiles, reset
+from common import database, emit, environment, migrated, percentiles, reset, save_figure
 import stack
 from jobq import claims, locks
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
@@ -114,9 +114,7 @@ def plot(results: list[dict], path: Path) -> None:
     ax.set_ylabel("claim statement latency (ms)")
     ax.set_title("Claim latency against table size (one job per claim, loopback)")
     ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def main() -> None:

@@ -11,8 +11,9 @@ drain rate (completions counted by jobq's counters), enqueue -> start p50 / p99 
 the jobs finished in it (database clock), the size on disk of `jobs` and of its
 indexes, its dead tuples, the WAL written, the oldest open transaction's age, and
 the resident memory of the supervisor, its maintenance process and its largest
-worker. At the end the producer stops, the backlog drains, and every enqueued job
-must be counted done.
+worker, and the backlog (pending jobs). At the end the producer stops, the backlog
+drains (5 minutes at most), and every enqueued job must be counted done or still
+waiting.
 
 What must hold (printed at the end): drain rate and p99 over the last 5 samples
 within 10 % of the first 5; `jobs` (table and indexes) not growing after the first
@@ -35,7 +36,7 @@ import psycopg
 
 import jobq
 import stack
-from common import database, emit, environment, migrated, reset
+from common import database, emit, environment, migrated, reset, save_figure
 from drain import drain
 
 TICK = 0.02  # seconds between two batches of the producer
@@ -111,12 +112,14 @@ def memory(conn: psycopg.Connection, supervisor: int) -> dict[str, float]:
 
 
 def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_before: int, supervisor: int) -> dict:
-    done = jobq.counts(conn=conn).totals.get("done_total", 0)
+    counts = jobq.counts(conn=conn)
+    done = counts.totals.get("done_total", 0)
     p50, p99 = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()[0] or (math.nan, math.nan)
     table, indexes, dead, wal, oldest = conn.execute(TABLE_STATE).fetchone()
     return {
         "done_total": done,
         "drain_per_s": round((done - done_before) / seconds),
+        "backlog": counts.depth["pending"],
         "p50_ms": round(p50 * 1000, 1),
         "p99_ms": round(p99 * 1000, 1),
         "table_mb": round(table / 2**20, 1),
@@ -145,7 +148,7 @@ def verdict(samples: list[dict], retention_samples: int, lost: int) -> dict[str,
         "p99 flat": within("p99_ms"),
         "size bounded": max(size[min(retention_samples, len(size) - 1):]) <= (1 + TOLERANCE) * settled,
         "memory flat": all(samples[-1]["rss_mb"][name] <= (1 + TOLERANCE) * warm[name] for name in warm),
-        "nothing lost": lost == 0,
+        "nothing lost": lost == 0,  # every job enqueued is done or still waiting its turn
     }
 
 
@@ -179,8 +182,9 @@ def soak(url: str, args: argparse.Namespace) -> dict:
             if depth["pending"] + depth["claimed"] + depth["running"] == 0:
                 break
             time.sleep(0.5)
-        totals = jobq.counts(conn=conn).totals
-    enqueued, finished = totals.get("enqueued_total", 0), totals.get("done_total", 0)
+        final = jobq.counts(conn=conn)
+    enqueued, finished = final.totals.get("enqueued_total", 0), final.totals.get("done_total", 0)
+    waiting = sum(final.depth[status] for status in ("pending", "claimed", "running"))
     retention_samples = math.ceil(args.retention / args.sample_seconds) + 1
     return {
         "rate_per_s": round(rate),
@@ -193,21 +197,23 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         "producer_behind_s": round(producer.behind, 3),
         "enqueued_total": enqueued,
         "done_total": finished,
+        "still_waiting": waiting,  # a backlog the 5 minutes after the producer stopped did not drain
         "samples": samples,
-        "holds": verdict(samples, retention_samples, enqueued - finished),
+        "holds": verdict(samples, retention_samples, enqueued - finished - waiting),
     }
 
 
 HEADER = (
-    "| sample | drain/s | p50 ms | p99 ms | table MB | indexes MB | dead tuples | WAL MB | oldest xact s "
-    "| RSS MB (supervisor / maintenance / worker max) |\n|" + "---|" * 10
+    "| sample | drain/s | backlog | p50 ms | p99 ms | table MB | indexes MB | dead tuples | WAL MB | oldest xact s "
+    "| RSS MB (supervisor / maintenance / worker max) |\n|" + "---|" * 11
 )
 
 
 def row(index: int, s: dict) -> str:
     rss = s["rss_mb"]
     return (
-        f"| {index} | {s['drain_per_s']:,} | {s['p50_ms']} | {s['p99_ms']} | {s['table_mb']} | {s['indexes_mb']} "
+        f"| {index} | {s['drain_per_s']:,} | {s['backlog']:,} | {s['p50_ms']} | {s['p99_ms']} "
+        f"| {s['table_mb']} | {s['indexes_mb']} "
         f"| {s['dead_tuples']:,} | {s['wal_mb']} | {s['oldest_xact_s']} "
         f"| {rss['supervisor']} / {rss['maintenance']} / {rss['worker_max']} |"
     )
@@ -234,9 +240,7 @@ def plot(result: dict, path: Path) -> None:
     axes[2].set_xlabel("minutes")
     axes[2].legend()
     fig.suptitle(f"Soak: {result['rate_per_s']:,} jobs/s offered, retention {result['retention_s']:g} s")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def main() -> None:
@@ -264,7 +268,8 @@ def main() -> None:
     print(
         f"offered {result['rate_per_s']:,} jobs/s for {args.minutes:g} min "
         f"(producer at most {result['producer_behind_s']} s behind); "
-        f"enqueued {result['enqueued_total']:,}, done {result['done_total']:,}"
+        f"enqueued {result['enqueued_total']:,}, done {result['done_total']:,}, "
+        f"still waiting {result['still_waiting']:,}"
     )
     for condition, holds in result["holds"].items():
         print(f"{condition}: {'holds' if holds else 'DOES NOT HOLD'}")

@@ -85,3 +85,14 @@ def test_dashdata_benchmark_times_the_rollup_the_series_and_deep_pages():
         f"{window} {scope}" for window in ("15m", "1h", "24h") for scope in ("all", "one queue")}
     assert "jobs_completed_idx" in report["finished_by_minute_plan"]
     assert len(report["pages"]) == 9 and all(figures["median_ms"] > 0 for figures in report["pages"].values())
+
+
+def test_soak_samples_every_period_and_counts_every_job(tmp_path):
+    report = run("soak.py", "--minutes", "0.2", "--sample-seconds", "4", "--retention", "5", "--rate", "500",
+                 "--plot", str(tmp_path / "soak.png"))
+    assert len(report["samples"]) == 3
+    assert all(s["drain_per_s"] > 0 and s["p99_ms"] >= s["p50_ms"] > 0 for s in report["samples"])
+    assert all(s["rss_mb"]["worker_max"] > 0 and s["rss_mb"]["maintenance"] > 0 for s in report["samples"])
+    assert report["enqueued_total"] == report["done_total"] == report["producer_sent"] > 0
+    assert report["holds"]["nothing lost"] is True
+    assert (tmp_path / "soak.png").stat().st_size > 1000
