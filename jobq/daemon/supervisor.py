@@ -53,7 +53,6 @@ class Supervisor:
         self.settings = settings
         self.system = system or System()
         self.num_workers = settings.concurrency
-        self.hostname = settings.hostname
         self.workers: dict[int, WorkerProcess] = {}
         self.maintenance: MaintenanceProcess | None = None
         self.signals: list[int] = []
@@ -157,7 +156,7 @@ class Supervisor:
         os.close(write_fd)
         os.close(control_read)
         self.system.set_process_group(pid)
-        worker_id = worker_name(self.hostname, pid, token)
+        worker_id = worker_name(self.settings.hostname, pid, token)
         self.workers[pid] = WorkerProcess(
             pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, self.job_board, finished,
             control_fd=control_write,
