@@ -35,6 +35,7 @@ from pathlib import Path
 import psycopg
 
 import jobq
+from jobq.ledger import Counts
 import stack
 from common import database, emit, environment, migrated, reset, save_figure
 from drain import drain
@@ -132,6 +133,11 @@ def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_befor
     }
 
 
+def in_queue(counts: Counts) -> int:
+    """Jobs not finished yet: waiting, or in a worker's hands."""
+    return sum(counts.depth[status] for status in ("pending", "claimed", "running"))
+
+
 def verdict(samples: list[dict], retention_samples: int, lost: int) -> dict[str, bool]:
     """The soak's four conditions (see the module's docstring)."""
     first, last = samples[:WINDOW], samples[-WINDOW:]
@@ -177,14 +183,12 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         producer.stopping.set()
         producer.join()
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            depth = jobq.counts(conn=conn).depth
-            if depth["pending"] + depth["claimed"] + depth["running"] == 0:
-                break
-            time.sleep(0.5)
         final = jobq.counts(conn=conn)
+        while in_queue(final) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            final = jobq.counts(conn=conn)
     enqueued, finished = final.totals.get("enqueued_total", 0), final.totals.get("done_total", 0)
-    waiting = sum(final.depth[status] for status in ("pending", "claimed", "running"))
+    waiting = in_queue(final)
     retention_samples = math.ceil(args.retention / args.sample_seconds) + 1
     return {
         "rate_per_s": round(rate),
