@@ -35,7 +35,7 @@ from rich.table import Table
 import client
 import jobq
 import stack
-from common import database, emit, environment, migrated, percentiles, reset
+from common import database, emit, environment, migrated, percentiles, reset, save_figure
 
 # Each run starts from empty tables, so every row is one of its jobs.
 TIMINGS = (
@@ -158,7 +158,6 @@ def plot(results: list[dict], directory: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    directory.mkdir(parents=True, exist_ok=True)
     if len(results) > 1:
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.plot([r["workers"] for r in results], [r["end_to_end_per_s"] for r in results], "o-", label="end to end")
@@ -167,16 +166,14 @@ def plot(results: list[dict], directory: Path) -> None:
         ax.set_ylabel("jobs/s")
         ax.set_title(f"Throughput against worker count ({results[0]['mode']}, C={results[0]['concurrency']})")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(directory / f"throughput_vs_workers_{results[0]['mode']}.png", dpi=110)
+        save_figure(fig, directory / f"throughput_vs_workers_{results[0]['mode']}.png")
     fig, ax = plt.subplots(figsize=(7, 4))
     best = max(results, key=lambda r: r["end_to_end_per_s"])
     ax.hist(best["_done_ms"], bins=80)
     ax.set_xlabel("enqueue -> done (ms)")
     ax.set_ylabel("jobs")
     ax.set_title(f"Latency distribution ({best['mode']}, {best['jobs']:,} jobs, W={best['workers']})")
-    fig.tight_layout()
-    fig.savefig(directory / f"latency_distribution_{best['mode']}.png", dpi=110)
+    save_figure(fig, directory / f"latency_distribution_{best['mode']}.png")
 
 
 def main() -> None:
