@@ -73,13 +73,16 @@ def wait_for(action: Callable[[], Any], *, seconds: float, what: str) -> Any:
 @main.command()
 @click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds to wait for the database to accept connections.")
-def migrate(wait_seconds: float) -> None:
+@click.option("--partition", "convert", is_flag=True,
+              help="Also convert a jobs table holding jobs to the partitioned layout (schema 13; "
+                   "writes to jobs wait while it runs).")
+def migrate(wait_seconds: float, convert: bool) -> None:
     """Apply the schema migrations this version of jobq ships (safe to run twice)."""
     settings = load_settings()
     url = settings.require_database_url()
     conn = wait_for(lambda: db.connect(url), seconds=wait_seconds, what="migrate")
     with conn, db.database_errors():
-        applied = apply_migrations(conn, namespace=settings.advisory_namespace)
+        applied = apply_migrations(conn, namespace=settings.advisory_namespace, convert=convert)
     if applied:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
         click.echo(f"jobq: applied {len(applied)} migration(s): {names}; schema at version {applied[-1].version}")

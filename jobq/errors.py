@@ -185,6 +185,22 @@ class SchemaTooOld(SchemaError):
         self.required = required
 
 
+class ConversionNeeded(SchemaTooOld):
+    """The next migration rewrites the jobs table, which holds jobs: only an explicit
+    ``jobq migrate --partition`` applies it (``applied``: what this run did before it)."""
+
+    def __init__(self, version: int, option: str, applied: list | None = None) -> None:
+        SchemaError.__init__(
+            self,
+            f"database schema is at version {version - 1}, this jobq needs {version}, which converts the jobs "
+            f"table to the partitioned layout: stop the workers and run `jobq migrate {option}` "
+            "(README: Upgrading to the partitioned layout)",
+        )
+        self.applied = version - 1
+        self.required = version
+        self.migrations = applied or []
+
+
 class SchemaTooNew(SchemaError):
     def __init__(self, applied: int, known: int) -> None:
         super().__init__(

@@ -7,6 +7,12 @@ nothing. It refuses a database whose schema is newer than this code. Running
 processes only call :func:`check_schema`, which accepts any schema at least as new
 as the code needs (migrations only add), so a rolling deploy can migrate first.
 
+One migration rewrites a table instead of adding to it: schema 13 converts jobs to
+the partitioned layout (:data:`CONVERSIONS`). ``migrate`` applies it where jobs is
+empty (a new install), and otherwise only when asked (``jobq migrate --partition``,
+outside the release phase: writes to jobs wait while it copies them); until then it
+stops before it, and :func:`check_schema` tells the processes of this code what to run.
+
 Numbers may have gaps (a number reserved for a change developed in parallel): what
 the database has seen is the set of versions recorded, not the highest one, so a file
 whose number is below one already applied is still applied when it arrives, and a
@@ -22,7 +28,7 @@ from importlib import resources
 
 from jobq import locks, queries
 from jobq.db import Connection
-from jobq.errors import SchemaTooNew, SchemaTooOld
+from jobq.errors import ConversionNeeded, SchemaTooNew, SchemaTooOld
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,12 @@ MIGRATIONS_TABLE_CREATE = (
     "CREATE TABLE IF NOT EXISTS jobq_migrations ("
     "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
 )
+
+
+# The migrations that rewrite jobs (version: the statement that says whether jobs holds
+# a row), and the option of `jobq migrate` that allows them on a table that does.
+CONVERSIONS = {13: queries.JOBS_ANY}
+CONVERSION_OPTION = "--partition"
 
 
 @dataclass(frozen=True)
@@ -88,15 +100,21 @@ def check_schema(conn: Connection) -> int:
     needed = required_version()
     missing = [m.version for m in available() if m.version not in applied]
     if missing:
+        if min(missing) in CONVERSIONS:
+            raise ConversionNeeded(min(missing), CONVERSION_OPTION)
         raise SchemaTooOld(min(missing) - 1, needed)  # complete up to the first one missing
     return max(applied)
 
 
-def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
+def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: int | None = None) -> list[Migration]:
     """Apply what is missing and return it. ``conn`` must be in autocommit mode.
 
-    Raises :class:`SchemaTooNew` when the database has migrations this code does not
-    know. Blocks while another ``migrate`` holds the lock, then finds its work done.
+    A conversion (:data:`CONVERSIONS`) of a table holding rows is applied only if
+    ``convert``; otherwise the migrations before it are applied and
+    :class:`ConversionNeeded` is raised. Raises :class:`SchemaTooNew` when the database
+    has migrations this code does not know. Blocks while another ``migrate`` holds the
+    lock, then finds its work done. ``upto``: stop after that version (a database of an
+    earlier release, for tests of an upgrade).
     """
     if not conn.autocommit:
         raise ValueError("migrate needs an autocommit connection: each file is its own transaction")
@@ -109,7 +127,11 @@ def migrate(conn: Connection, *, namespace: int) -> list[Migration]:
         if max(applied, default=0) > known[-1].version:
             raise SchemaTooNew(max(applied), known[-1].version)
         done = []
-        for migration in (m for m in known if m.version not in applied):
+        for migration in (m for m in known if m.version not in applied and (upto is None or m.version <= upto)):
+            if migration.version in CONVERSIONS and not convert:
+                (holds_rows,) = conn.execute(CONVERSIONS[migration.version]).fetchone()  # type: ignore[misc]
+                if holds_rows:
+                    raise ConversionNeeded(migration.version, CONVERSION_OPTION, applied=done)
             with conn.transaction():
                 conn.execute(migration.sql)
                 conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
