@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
 
-from jobq import queries
+from jobq import db, queries
 from jobq.db import Connection
 from jobq.job import Job
 
@@ -28,16 +28,33 @@ T = TypeVar("T")
 
 STALE_LEASE_COUNTER = "stale_lease_rejections_total"
 KEY_HELD_INDEX = "jobs_key_held_idx"
-KEY_RETRIES = 3  # a write that met a key taken meanwhile is sent again this often (see key_taken_meanwhile)
+# A write that met a change made meanwhile is sent again this often (changed_meanwhile):
+# each try has a new snapshot, so the same change is never met twice, but under load a
+# claim may meet another job that moved, try after try.
+WRITE_AGAIN_RETRIES = 20
 
 
-def key_taken_meanwhile(exc: BaseException) -> bool:
-    """Whether an outcome write failed on a key taken while its job ran: a job sent back
-    to pending (retried, snoozed, released) whose idempotency key another job took by an
-    insert that had not committed yet when the write looked for a holder (migration
-    0008) fails on KEY_HELD_INDEX once that insert commits. The transaction rolled back
-    and no lock was let go (queries._unlock_after): sent again, the write sees the
-    holder, and the job ends cancelled, superseded by it."""
+def changed_meanwhile(exc: BaseException) -> bool:
+    """Whether a write failed on a change another transaction committed while it ran,
+    so that the same write, sent again, sees that change and does the right thing:
+
+    * a key taken while its job ran: a job sent back to pending (retried, snoozed,
+      released) whose idempotency key another job took by an insert that had not
+      committed yet when the write looked for a holder (migration 0008) fails on
+      KEY_HELD_INDEX once that insert commits. No lock was let go
+      (queries._unlock_after); sent again, the write sees the holder, and the job ends
+      cancelled, superseded by it;
+    * the partitions moved under it (:func:`jobq.db.moved_meanwhile`, schema 13): a job
+      finished, cancelled or deleted by a transaction that committed after this one's
+      snapshot left jobs_live, and an update or row lock of it cannot follow it there
+      (sent again, the write no longer finds the job in flight under its lease, and
+      reports a stale write, or a claim skips it); or a partition was attached while
+      the write routed a finishing job to the default partition (sent again, it goes
+      to the new partition).
+
+    Either way the transaction rolled back."""
+    if db.moved_meanwhile(exc):
+        return True
     return isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.constraint_name == KEY_HELD_INDEX
 
 
@@ -90,7 +107,7 @@ class Failure:
     """The outcome of a failed run: retried after ``delay`` seconds or dead-lettered."""
 
     job_id: int
-    status: str  # 'pending' (retry scheduled), 'dead', or 'cancelled' (superseded: see key_taken_meanwhile)
+    status: str  # 'pending' (retry scheduled), 'dead', or 'cancelled' (superseded: see changed_meanwhile)
     attempt: int
     run_at: datetime
 
@@ -101,7 +118,11 @@ def claim(
     """Claim up to ``limit`` due jobs of ``queues``.
 
     The jobs come back in claim order (priority, run_at, id), each with a new lease and,
-    if ``locked``, its advisory lock held by ``conn``'s session.
+    if ``locked``, its advisory lock held by ``conn``'s session. Raises
+    ``SerializationFailure`` when a candidate seen as pending had moved to another
+    partition by the time it was locked (see :func:`changed_meanwhile`): no job was
+    claimed and no advisory lock taken (the claim's candidates are all locked, in its
+    sort, before the first row is updated); send it again.
     """
     cur = conn.cursor()
     cur.execute(

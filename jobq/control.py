@@ -16,7 +16,7 @@ JOBQ_CANCEL_GRACE seconds later.
 from __future__ import annotations
 
 from jobq import audit, queries
-from jobq.db import Connection, connection
+from jobq.db import Connection, again_if_moved, connection
 from jobq.errors import AlreadyRetried, JobBusy, JobNotCancellable, JobNotDeletable, JobNotFound
 from jobq.errors import JobNotRetryable, JobNotScheduled
 from jobq.job import Job
@@ -43,7 +43,7 @@ def cancel_ids(conn: Connection, ids: list[int], actor: str) -> dict[int, str]:
     """Cancel those of ``ids`` that have not finished, in the caller's transaction;
     returns each cancelled id with its status before. No audit row: the caller writes
     one for the whole action."""
-    rows = conn.execute(queries.JOB_CANCEL_IF_UNFINISHED, {"ids": ids, "actor": actor}).fetchall()
+    rows = again_if_moved(conn, queries.JOB_CANCEL_IF_UNFINISHED, {"ids": ids, "actor": actor}).fetchall()
     return {job_id: was for job_id, was, _ in rows}
 
 
@@ -52,7 +52,7 @@ def delete(job_id: int, *, actor: str | None = None, conn: Connection | None = N
     when the job is claimed, running or finished (cancel it instead)."""
     check_id(job_id)
     with connection(conn) as c:
-        if c.execute(queries.JOB_DELETE_IF_PENDING, {"id": job_id}).fetchone() is None:
+        if again_if_moved(c, queries.JOB_DELETE_IF_PENDING, {"id": job_id}).fetchone() is None:
             _refuse(c, job_id, JobNotDeletable)
         audit.record(c, actor or audit.library_actor(), "delete", {"id": job_id}, {"changed": 1})
 
@@ -88,7 +88,7 @@ def retry_ids(conn: Connection, ids: list[int]) -> dict[int, int]:
     """Retry those of ``ids`` that are dead or cancelled and not retried yet (skipping
     rows another session holds), in the caller's transaction; returns each retried id
     with its new job's id."""
-    return dict(conn.execute(queries.JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY, {"ids": ids}).fetchall())
+    return dict(again_if_moved(conn, queries.JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY, {"ids": ids}).fetchall())
 
 
 def run_now(job_id: int, *, actor: str | None = None, conn: Connection | None = None) -> Job:
@@ -107,7 +107,7 @@ def run_now(job_id: int, *, actor: str | None = None, conn: Connection | None = 
 def run_now_ids(conn: Connection, ids: list[int]) -> list[int]:
     """Make those of ``ids`` that are pending and scheduled later due now (skipping rows
     another session holds), in the caller's transaction; returns the ids changed."""
-    return [row[0] for row in conn.execute(queries.JOB_RUN_NOW_IF_SCHEDULED, {"ids": ids})]
+    return [row[0] for row in again_if_moved(conn, queries.JOB_RUN_NOW_IF_SCHEDULED, {"ids": ids})]
 
 
 def _refuse_retry(conn: Connection, job_id: int) -> None:

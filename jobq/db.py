@@ -345,6 +345,45 @@ def connection(conn: Connection | None = None) -> Iterator[Connection]:
         yield pooled
 
 
+MOVED_RETRIES = 3  # a statement that met a row moved meanwhile is sent again this often
+FINISHED_DEFAULT = "jobs_finished_default"
+
+
+def moved_meanwhile(exc: BaseException) -> bool:
+    """Whether a statement failed because the partitions of jobs changed under it
+    (schema 13), so that the same statement sent again goes through:
+
+    * SQLSTATE 40001: it updated or locked a job that a transaction committed after its
+      snapshot had moved to another partition (finished, cancelled or deleted);
+    * SQLSTATE 23514 on jobs_finished_default: it routed a finishing job to the
+      default partition while the maintenance leader attached a partition covering
+      its completion time (routing works from the partitions as they were when the
+      statement started; the default partition's new bounds refuse the row)."""
+    if isinstance(exc, psycopg.errors.SerializationFailure):
+        return True
+    return isinstance(exc, psycopg.errors.CheckViolation) and exc.diag.table_name == FINISHED_DEFAULT
+
+
+def again_if_moved(
+    conn: Connection, statement: Any, params: Any = None, *, cursor: psycopg.Cursor[Any] | None = None
+) -> psycopg.Cursor[Any]:
+    """Execute one statement that updates, deletes or locks jobs by id, in a savepoint
+    (a transaction of its own in autocommit mode), sent again when the partitions moved
+    under it (:func:`moved_meanwhile`: a job that finished, was cancelled or deleted
+    meanwhile left jobs_live; a partition attached meanwhile). Sent again, its new
+    snapshot sees the row where it is now, and the statement's status guard decides.
+    Returns the cursor (``cursor``, or a new one of ``conn``), its rows not read yet."""
+    for attempt in range(MOVED_RETRIES + 1):
+        try:
+            with conn.transaction():
+                return (cursor or conn.cursor()).execute(statement, params)
+        except (psycopg.errors.SerializationFailure, psycopg.errors.CheckViolation) as exc:
+            if attempt == MOVED_RETRIES or not moved_meanwhile(exc):
+                raise
+            log.info("db.row_moved_meanwhile: sent again")
+    raise AssertionError("unreachable")
+
+
 def ping(conn: Connection | None = None) -> None:
     """Return if the database answers a trivial query; raise DatabaseUnavailable if not."""
     with connection(conn) as c:

@@ -11,7 +11,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from jobq import audit, queries
-from jobq.db import Connection, connection
+from jobq.db import Connection, again_if_moved, connection
 from jobq.errors import AlreadyReplayed, DeadLetterGroupNotFound, DeadLetterNotFound, InvalidArgument
 from jobq.job import DeadLetter, Job
 from jobq.ledger import DEFAULT_LIMIT, Page, check_id, check_page, fetch_by_id
@@ -77,7 +77,8 @@ def replay(dead_letter_id: int, *, conn: Connection | None = None) -> Job:
     check_id(dead_letter_id)
     with connection(conn) as c:
         with c.cursor(row_factory=class_row(Job)) as cur:
-            job = cur.execute(queries.DEAD_LETTER_REPLAY_IF_NOT_REPLAYED, {"id": dead_letter_id}).fetchone()
+            params = {"id": dead_letter_id}
+            job = again_if_moved(c, queries.DEAD_LETTER_REPLAY_IF_NOT_REPLAYED, params, cursor=cur).fetchone()
         if job is not None:
             return job
         row = c.execute(queries.DEAD_LETTER_GET_REPLAYED_AS, {"id": dead_letter_id}).fetchone()

@@ -271,7 +271,7 @@ def _steps(operation: Operation) -> tuple[Callable[[Connection, int, int], list[
 
 def _changed(statement: str) -> Callable[[Connection, Operation, list[int]], int]:
     def act(conn: Connection, operation: Operation, ids: list[int]) -> int:
-        return conn.execute(statement, {"ids": ids, **operation.params}).rowcount
+        return db.again_if_moved(conn, statement, {"ids": ids, **operation.params}).rowcount
 
     return act
 

@@ -23,11 +23,12 @@ MIN_ROWS = 1000  # below this, any plan is fast
 
 
 def analyse_if_never(conn: Connection) -> int:
-    """ANALYZE jobs if it holds MIN_ROWS rows or more and was never analysed; 1 if it
-    did, 0 if there was nothing to do."""
+    """ANALYZE jobs_live (the partition of pending and in-flight jobs, which the claim
+    reads) if it holds MIN_ROWS rows or more and was never analysed; 1 if it did, 0 if
+    there was nothing to do."""
     row = conn.execute(queries.JOBS_UNANALYSED, {"min_rows": MIN_ROWS}).fetchone()
     if row is None or not row[0]:
         return 0
-    conn.execute(queries.JOBS_ANALYZE)
-    log.info("planning.analysed table=jobs: it had no statistics yet")
+    conn.execute(queries.JOBS_LIVE_ANALYZE)
+    log.info("planning.analysed table=jobs_live: it had no statistics yet")
     return 1

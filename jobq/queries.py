@@ -55,23 +55,47 @@ DEAD_LETTER_COLUMNS = (
 # ---------------------------------------------------------------------------------------
 # Enqueue
 
-# KEY_HELD: a row holds its idempotency key now: while it exists ('always'), while
-# pending, claimed or running ('active'), while pending ('pending'). Spelt exactly as
-# jobs_key_held_idx's predicate (migration 0008), so that ON CONFLICT infers that one
-# index as its arbiter and a lookup of holders scans it.
+# KEY_HELD: a live row (jobs_live) holds its idempotency key now: always ('always'),
+# while pending, claimed or running ('active'), while pending ('pending'). Spelt exactly
+# as jobs_key_held_idx's predicate (migrations 0008, 0013), so that a lookup of holders
+# scans that index. A finished job of the scope 'always' holds its key through its row
+# in job_idempotency_keys (schema 13: no unique index spans partitions).
 KEY_HELD = (
     "idempotency_key IS NOT NULL AND (unique_while = 'always' OR status = 'pending' "
     "OR (unique_while = 'active' AND status IN ('claimed', 'running')))"
 )
-_ON_KEY_HELD_DO_NOTHING = "ON CONFLICT (idempotency_key) WHERE " + KEY_HELD + " DO NOTHING "
 
-# JOB_INSERT: one row; ON CONFLICT leaves the job holding the key alone
-# (jobs_key_held_idx) and returns nothing, so the caller reads that job instead.
-JOB_INSERT = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while) "
-    "VALUES (%(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(max_retries)s, "
-    "coalesce(%(run_at)s, now()), %(idempotency_key)s, %(tags)b::text[], %(unique_while)s) "
-    + _ON_KEY_HELD_DO_NOTHING + "RETURNING " + JOB_COLUMNS
+# LIVE: the status test that makes the planner read jobs_live only (partition pruning);
+# every statement that reads or writes jobs that are pending or in flight carries it.
+LIVE = "status IN ('pending', 'claimed', 'running')"
+
+# The inserts of jobs that may carry keys: a row whose key is held for ever by another
+# job (job_idempotency_keys) is left out, and ON CONFLICT DO NOTHING leaves out one
+# whose key a live job holds (jobs_key_held_idx, the only unique index of jobs_live
+# that an insert can meet: ids come from the sequence). Two inserts of one key wait on
+# each other at that index, whatever their scopes, so one job takes it. Then the keys
+# of the jobs inserted with the scope 'always' are recorded, in the same statement.
+# {rows} is a SELECT of the columns of _KEYED_INSERT_COLUMNS with the key as
+# idempotency_key; {returning}, what the statement returns of the jobs inserted.
+_KEYED_INSERT_COLUMNS = "type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while"
+_KEYED_INSERT = (
+    "WITH inserted AS (INSERT INTO jobs ({columns}) "
+    "SELECT * FROM ({rows}) AS r WHERE r.idempotency_key IS NULL OR NOT EXISTS "
+    "(SELECT FROM job_idempotency_keys AS k WHERE k.idempotency_key = r.idempotency_key) "
+    "ON CONFLICT DO NOTHING RETURNING *), "
+    "kept AS (INSERT INTO job_idempotency_keys (idempotency_key, job_id) SELECT idempotency_key, id "
+    "FROM inserted WHERE idempotency_key IS NOT NULL AND unique_while = 'always') "
+    "SELECT {returning} FROM inserted"
+)
+
+# JOB_INSERT: one row; a key held by another job (see _KEYED_INSERT) makes it insert
+# and return nothing, so the caller reads that job instead.
+JOB_INSERT = _KEYED_INSERT.format(
+    columns=_KEYED_INSERT_COLUMNS,
+    rows="SELECT %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, %(max_retries)s::int, "
+    "coalesce(%(run_at)s, now()), %(idempotency_key)s::text AS idempotency_key, %(tags)b::text[], "
+    "%(unique_while)s::text",
+    returning=JOB_COLUMNS,
 )
 
 # JOB_IDS_RESERVE: the transaction's timestamp (now(), what the column defaults use)
@@ -95,20 +119,20 @@ JOB_COPY_WITH_TAGS = (
 # statement; returns what the caller cannot know (id, run_at and created_at defaults).
 # Same idempotency rule as JOB_INSERT. Each job's tags travel as one array literal
 # (tag arrays differ in length, and a PostgreSQL array of arrays cannot).
-JOB_INSERT_MANY = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while) "
-    "SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, tags::text[], "
-    "unique_while FROM unnest(%(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
+JOB_INSERT_MANY = _KEYED_INSERT.format(
+    columns=_KEYED_INSERT_COLUMNS,
+    rows="SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, "
+    "tags::text[], unique_while FROM unnest(%(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
     "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], "
     "%(idempotency_keys)b::text[], %(tags)b::text[], %(unique_whiles)b::text[]) "
-    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while) "
-    + _ON_KEY_HELD_DO_NOTHING + "RETURNING id, idempotency_key, run_at, created_at"
+    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while)",
+    returning="id, idempotency_key, run_at, created_at",
 )
 
 # JOB_INSERT_RESERVED: many rows without idempotency keys, under ids reserved for them
 # (JOB_IDS_RESERVE) so that their inserter knows them before it sends this, from
 # parallel arrays in one statement; all or nothing (an id already stored raises on
-# jobs_pkey). Guarded by the sequence: inserts nothing if the highest id (last_id) is
+# jobs_live_pkey). Guarded by the sequence: inserts nothing if the highest id (last_id) is
 # above what the sequence has handed out, i.e. it was restarted (TRUNCATE ... RESTART
 # IDENTITY) since the reservation and would hand those ids out again. Returns the
 # defaults the caller cannot know. Tags as in JOB_INSERT_MANY.
@@ -126,18 +150,23 @@ JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
 
 # JOB_INSERT_RESERVED_IF_ABSENT: JOB_INSERT_RESERVED sent again after its connection was
 # lost in flight: a row whose id is already stored is left alone (ON CONFLICT on
-# jobs_pkey, after waiting for its inserter if that is still in flight) and not
-# returned, so each job is stored once whatever the lost attempt did.
-JOB_INSERT_RESERVED_IF_ABSENT = JOB_INSERT_RESERVED_ROWS + "ON CONFLICT (id) DO NOTHING RETURNING id, run_at, created_at"
+# jobs_live_pkey, the only unique index these rows without keys can meet, after waiting
+# for its inserter if that is still in flight) and not returned, so each job is stored
+# once whatever the lost attempt did.
+JOB_INSERT_RESERVED_IF_ABSENT = JOB_INSERT_RESERVED_ROWS + "ON CONFLICT DO NOTHING RETURNING id, run_at, created_at"
 
 # JOB_GET_BY_IDS: the jobs with some ids (jobs_pkey), no lock: those an earlier
 # JOB_INSERT_RESERVED_IF_ABSENT stored.
 JOB_GET_BY_IDS = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = ANY(%(ids)b::bigint[])"
 
-# JOB_GET_KEY_HOLDERS: the jobs holding some keys now (jobs_key_held_idx); a key whose
-# job left its scope since the insert that met it has none.
+# JOB_GET_KEY_HOLDERS: the jobs holding some keys now: live ones in their scope
+# (jobs_key_held_idx), finished ones of the scope 'always' (job_idempotency_keys, then
+# one probe per partition); a key whose job left its scope since the insert that met it
+# has none.
 JOB_GET_KEY_HOLDERS = (
-    "SELECT " + JOB_COLUMNS + " FROM jobs WHERE idempotency_key = ANY(%(keys)b::text[]) AND " + KEY_HELD
+    "SELECT " + JOB_COLUMNS + " FROM jobs WHERE " + LIVE + " AND idempotency_key = ANY(%(keys)b::text[]) AND "
+    + KEY_HELD + " UNION ALL SELECT " + JOB_COLUMNS + " FROM jobs WHERE NOT (" + LIVE + ") AND id IN "
+    "(SELECT job_id FROM job_idempotency_keys WHERE idempotency_key = ANY(%(keys)b::text[]))"
 )
 
 # ---------------------------------------------------------------------------------------
@@ -211,7 +240,8 @@ JOB_CANCEL_IF_UNFINISHED = (
     "WITH target AS (SELECT id, status FROM jobs WHERE id = ANY(%(ids)b::bigint[]) "
     "AND status IN ('pending', 'claimed', 'running') ORDER BY id FOR UPDATE), "
     "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s, "
-    "lease = nextval('jobs_lease_seq') FROM target WHERE j.id = target.id RETURNING j.id, target.status AS was) "
+    "lease = nextval('jobs_lease_seq') FROM target WHERE j.id = target.id AND j." + LIVE + " "
+    "RETURNING j.id, target.status AS was) "
     "SELECT id, was, CASE WHEN was <> 'pending' THEN pg_notify('jobq_control', 'cancel ' || id) END FROM cancelled"
 )
 
@@ -288,7 +318,7 @@ JOB_CLAIM = (
     "ORDER BY c.priority DESC, c.run_at, c.id LIMIT %(limit)s) "
     "UPDATE jobs AS j SET status = 'claimed', claimed_at = now(), heartbeat_at = now(), "
     "started_at = NULL, worker_id = %(worker_id)s, lease = nextval('jobs_lease_seq') "
-    "FROM due WHERE j.id = due.id "
+    "FROM due WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.id = due.id AND j." + LIVE + " "
     "RETURNING " + ", ".join("j." + c.strip() for c in JOB_COLUMNS.split(",")) + ", "
     "pg_try_advisory_lock(%(lock_base)s | j.id)"
 )
@@ -300,11 +330,17 @@ JOB_CLAIM = (
 # entry left since the last vacuum) and hash-join it with the batch, instead of one
 # primary-key probe per job: 8 workers drained 7,813 jobs/s that way, 15,924 with
 # this (benchmark/README.md).
+# The LIVE test before it prunes the plan to jobs_live (a CASE cannot).
 def _status_is(*statuses: str) -> str:
-    return "CASE j.status " + " ".join(f"WHEN '{s}' THEN true" for s in statuses) + " ELSE false END"
+    return "j." + LIVE + " AND CASE j.status " + " ".join(f"WHEN '{s}' THEN true" for s in statuses) + " ELSE false END"
 
 
 BY_ID_IN_FLIGHT = _status_is("claimed", "running")
+
+# _BY_IDS: the ids of a batch as an index condition of its own, beside the join with the
+# batch's arrays: with statistics taken while jobs_live was empty (reltuples = 0), the
+# join alone was planned as a full scan of jobs_live or of its primary key per write.
+_BY_IDS = "j.id = ANY(%(ids)b::bigint[])"
 
 
 # JOB_START_IF_LEASED: claimed -> running, guarded by lease and status; started_at is
@@ -313,7 +349,7 @@ JOB_START_IF_LEASED = (
     "UPDATE jobs AS j SET status = 'running', heartbeat_at = now(), "
     "started_at = now() - make_interval(secs => s.elapsed) "
     "FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(elapsed)b::float8[]) AS s(id, lease, elapsed) "
-    "WHERE j.id = s.id AND j.lease = s.lease AND " + _status_is("claimed") + " "
+    "WHERE " + _BY_IDS + " AND j.id = s.id AND j.lease = s.lease AND " + _status_is("claimed") + " "
     "RETURNING j.id"
 )
 
@@ -322,7 +358,7 @@ JOB_START_IF_LEASED = (
 JOB_HEARTBEAT_IF_LEASED = (
     "UPDATE jobs AS j SET heartbeat_at = now() "
     "FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) "
-    "WHERE j.id = s.id AND j.lease = s.lease AND " + BY_ID_IN_FLIGHT + " "
+    "WHERE " + _BY_IDS + " AND j.id = s.id AND j.lease = s.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id"
 )
 
@@ -335,7 +371,7 @@ JOB_COMPLETE_IF_LEASED = (
     "done AS (UPDATE jobs AS j SET status = 'done', result = o.result, error = NULL, "
     "completed_at = now(), heartbeat_at = now(), "
     "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)) "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
+    "FROM o WHERE " + _BY_IDS + " AND j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, done.id IS NOT NULL, "
     "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
@@ -381,7 +417,7 @@ JOB_FAIL_IF_LEASED = (
     "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)), "
     "errors = j.errors || jsonb_build_array(jsonb_build_object("
     "'attempt', j.attempt, 'error', o.error, 'worker_id', j.worker_id, 'at', now())) "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
+    "FROM o WHERE " + _BY_IDS + " AND j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id, j.type, j.queue, j.payload, j.priority, j.max_retries, j.error, j.attempt, "
     "j.errors, j.worker_id, j.status, j.run_at), "
     "dead AS (INSERT INTO dead_letter_jobs AS d (original_id, type, queue, payload, priority, max_retries, "
@@ -403,7 +439,7 @@ JOB_RELEASE_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(locked)b::bool[]) "
     "AS o(id, lease, locked)), "
     "released AS (UPDATE jobs AS j SET status = 'pending', started_at = NULL "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
+    "FROM o WHERE " + _BY_IDS + " AND j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, released.id IS NOT NULL, " + _unlock_after("released") + " "
     "FROM o LEFT JOIN released ON released.id = o.id"
@@ -417,7 +453,7 @@ JOB_CANCEL_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(locked)b::bool[]) "
     "AS o(id, lease, locked)), "
     "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
+    "FROM o WHERE " + _BY_IDS + " AND j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, cancelled.id IS NOT NULL, "
     "CASE WHEN o.locked THEN pg_advisory_unlock(%(lock_base)s | o.id) END "
@@ -441,7 +477,7 @@ JOB_SNOOZE_IF_LEASED = (
     "%(locked)b::bool[]) AS o(id, lease, delay, locked)), "
     "snoozed AS (UPDATE jobs AS j SET status = 'pending', run_at = now() + make_interval(secs => o.delay), "
     "snoozes = j.snoozes + 1, started_at = NULL, heartbeat_at = now() "
-    "FROM o WHERE j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
+    "FROM o WHERE " + _BY_IDS + " AND j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id) "
     "SELECT o.id, snoozed.id IS NOT NULL, " + _unlock_after("snoozed") + " "
     "FROM o LEFT JOIN snoozed ON snoozed.id = o.id"
@@ -458,7 +494,7 @@ JOB_SNOOZE_IF_LEASED = (
 JOB_RELOCK_IF_LEASED = (
     "WITH mine AS MATERIALIZED (SELECT j.id FROM jobs AS j "
     "JOIN unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) ON j.id = s.id AND j.lease = s.lease "
-    "WHERE " + BY_ID_IN_FLIGHT + " FOR UPDATE OF j) "
+    "WHERE " + _BY_IDS + " AND " + BY_ID_IN_FLIGHT + " FOR UPDATE OF j) "
     "SELECT s.id, mine.id IS NOT NULL, mine.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
     "FROM unnest(%(ids)b::bigint[]) AS s(id) LEFT JOIN mine ON mine.id = s.id"
 )
@@ -512,12 +548,30 @@ JOB_GET_FINISHED_UNDER_LEASE = (
     "JOIN jobs AS j ON j.id = s.id AND j.lease = s.lease AND j.status NOT IN ('claimed', 'running')"
 )
 
-# JOB_DELETE_FINISHED_BEFORE: retention; up to %(batch)s done|dead rows finished before
-# the cut-off, oldest first (jobs_completed_idx), skipping row-locked ones, so that each
-# statement is short and holds few locks. Counters drop the depth, keep the totals.
+# JOB_DELETE_FINISHED_BEFORE: retention of the finished jobs that no partition of their
+# own holds (jobs_finished_default: jobs converted by schema 13, jobs finished while no
+# partition covered the hour); whole partitions go by FINISHED_PARTITION_DETACH. Up to
+# %(batch)s rows finished before the cut-off and before %(below)s (the oldest range
+# partition's start, so that only the default partition is read: partition pruning),
+# oldest first (jobs_completed_idx), skipping row-locked ones, so that each statement
+# is short and holds few locks. Counters drop the depth, keep the totals; the delete
+# trigger lets go of the jobs' 'always' keys.
+_FINISHED_BEFORE = (
+    "status IN ('done', 'failed', 'dead', 'cancelled') "
+    "AND completed_at < least(now() - make_interval(secs => %(older_than)s), %(below)s::timestamptz)"
+)
 JOB_DELETE_FINISHED_BEFORE = (
-    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE completed_at < now() - make_interval(secs => %(older_than)s) "
-    "AND status IN ('done', 'dead') ORDER BY completed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+    "DELETE FROM jobs WHERE " + _FINISHED_BEFORE + " AND id IN (SELECT id FROM jobs WHERE " + _FINISHED_BEFORE + " "
+    "ORDER BY completed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)"
+)
+
+# DEAD_LETTER_DELETE_DIED_BEFORE: retention of dead letters (JOBQ_DEAD_LETTER_RETENTION),
+# up to %(batch)s of them, oldest first (dead_letter_jobs_died_idx, backwards),
+# replayed or not; the group triggers keep the groups' counts.
+DEAD_LETTER_DELETE_DIED_BEFORE = (
+    "DELETE FROM dead_letter_jobs WHERE id IN (SELECT id FROM dead_letter_jobs "
+    "WHERE died_at < now() - make_interval(secs => %(older_than)s) ORDER BY died_at LIMIT %(batch)s "
+    "FOR UPDATE SKIP LOCKED)"
 )
 
 # COUNTER_SAMPLE_TAKE: the leader's snapshot of every total (job_counters is small),
@@ -745,9 +799,86 @@ MINUTE_LIST_OF_QUEUE = (
 )
 
 # ---------------------------------------------------------------------------------------
+# Partitions of the finished jobs (jobq.partitions; the layout is schema 13's)
+#
+# The DDL that names a partition is here as psycopg.sql templates ({leaf}, {key}: names;
+# {lo}, {hi}: bounds as literals, since DDL takes no parameters). Each runs under
+# LOCK_TIMEOUT_SET in its transaction: DDL on jobs_finished queues behind the
+# completions that hold it and every completion queues behind the DDL, so a wait is cut
+# short and tried again at the next pass.
+
+# FINISHED_PARTITION_LIST: the range partitions of jobs_finished, oldest first, with
+# their bounds (the catalogue's text of each, read back as timestamptz in the same
+# session); the DEFAULT partition is not among them. A scan of pg_inherits.
+FINISHED_PARTITION_LIST = (
+    "SELECT c.relname, substring(b.bound FROM $$FROM \('([^']+)'\)$$)::timestamptz, "
+    "substring(b.bound FROM $$TO \('([^']+)'\)$$)::timestamptz "
+    "FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+    "CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) AS b "
+    "WHERE i.inhparent = 'jobs_finished'::regclass AND b.bound <> 'DEFAULT' ORDER BY 2"
+)
+
+# LOCK_TIMEOUT_SET: this transaction's lock_timeout (milliseconds, as text).
+LOCK_TIMEOUT_SET = "SELECT set_config('lock_timeout', %(ms)s, true)"
+
+# FINISHED_PARTITION_CREATE / _ID_KEY: a new partition, standalone first (no lock on
+# jobs_finished), with its unique index on id (ids are unique per partition).
+FINISHED_PARTITION_CREATE = "CREATE TABLE {leaf} (LIKE jobs_finished INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+FINISHED_PARTITION_ID_KEY = "CREATE UNIQUE INDEX {key} ON {leaf} (id)"
+
+# FINISHED_DEFAULT_LOCK: the default partition, locked as ATTACH will lock it (ACCESS
+# EXCLUSIVE: it checks that none of its rows belongs to the new range) before the
+# latest of its rows in the range is read, so that no job lands there in between.
+FINISHED_DEFAULT_LOCK = "LOCK TABLE jobs_finished_default IN ACCESS EXCLUSIVE MODE"
+
+# FINISHED_DEFAULT_LAST_IN_RANGE: the latest completion in the default partition within
+# [%(lo)s, %(hi)s) (jobs_completed_idx), where a new partition must start after.
+FINISHED_DEFAULT_LAST_IN_RANGE = (
+    "SELECT max(completed_at) FROM jobs_finished_default WHERE completed_at >= %(lo)s AND completed_at < %(hi)s"
+)
+
+# FINISHED_PARTITION_ATTACH: the new partition into jobs_finished (SHARE UPDATE
+# EXCLUSIVE on jobs_finished: completions go on; its own indexes become the partitions
+# of jobs_finished's, the missing ones are built, on an empty table).
+FINISHED_PARTITION_ATTACH = "ALTER TABLE jobs_finished ATTACH PARTITION {leaf} FOR VALUES FROM ({lo}) TO ({hi})"
+
+# FINISHED_PARTITION_LOCK: a partition whose range retention has passed, made read-only
+# for this transaction (SHARE: only writers of that partition wait) before its rows are
+# counted, so that the counts adjusted are the rows dropped.
+FINISHED_PARTITION_LOCK = "LOCK TABLE {leaf} IN SHARE MODE"
+
+# FINISHED_PARTITION_UNCOUNT: the depth counters less the partition's rows (DROP fires no
+# trigger; the totals are left alone); returns how many rows it held.
+FINISHED_PARTITION_UNCOUNT = (
+    "WITH gone AS (SELECT queue, type, status, count(*) AS n FROM {leaf} GROUP BY queue, type, status), "
+    "counted AS (INSERT INTO job_counters AS c (queue, type, name, slot, n) "
+    "SELECT queue, type, status, jobq_counter_slot(), -n FROM gone ORDER BY queue, type, status "
+    "ON CONFLICT (queue, type, name, slot) DO UPDATE SET n = c.n + excluded.n) "
+    "SELECT coalesce(sum(n), 0)::bigint FROM gone"
+)
+
+# FINISHED_PARTITION_FORGET_KEYS: the 'always' keys of the partition's jobs, let go.
+FINISHED_PARTITION_FORGET_KEYS = (
+    "DELETE FROM job_idempotency_keys AS k USING {leaf} AS j "
+    "WHERE j.unique_while = 'always' AND j.idempotency_key IS NOT NULL AND k.job_id = j.id"
+)
+
+# FINISHED_PARTITION_DETACH / _DROP: the partition out of jobs_finished and gone.
+# DETACH in the transaction that adjusted the counters (ACCESS EXCLUSIVE on
+# jobs_finished for an instant, under LOCK_TIMEOUT_SET): DETACH CONCURRENTLY cannot run
+# in a transaction, nor beside a DEFAULT partition.
+FINISHED_PARTITION_DETACH = "ALTER TABLE jobs_finished DETACH PARTITION {leaf}"
+FINISHED_PARTITION_DROP = "DROP TABLE {leaf}"
+
+# JOBS_ANALYZE: statistics of the partitioned table itself (and of each partition),
+# which autovacuum never takes for a partitioned table: the planner reads them for
+# the statements that are not pruned to one partition (listings, GET by id).
+JOBS_ANALYZE = "ANALYZE jobs"
+
+# ---------------------------------------------------------------------------------------
 # The planner's statistics (jobq.planning)
 
-# JOBS_UNANALYSED: whether jobs holds at least %(min_rows)s rows and has never been
+# JOBS_UNANALYSED: whether jobs_live holds at least %(min_rows)s rows and has never been
 # analysed, by hand or by autovacuum (whose first pass may be a minute away): the
 # planner then guesses, and its guess for the claim read every due job of the queue
 # through the (queue, run_at) index of schema 1 and sorted them all (23 ms a claim with
@@ -755,9 +886,9 @@ MINUTE_LIST_OF_QUEUE = (
 # jobs_pending_claim_idx.
 JOBS_UNANALYSED = (
     "SELECT coalesce(last_analyze, last_autoanalyze) IS NULL AND n_live_tup >= %(min_rows)s "
-    "FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass"
+    "FROM pg_stat_user_tables WHERE relid = 'jobs_live'::regclass"
 )
-JOBS_ANALYZE = "ANALYZE jobs"
+JOBS_LIVE_ANALYZE = "ANALYZE jobs_live"
 
 # ---------------------------------------------------------------------------------------
 # Migrations (jobq.migrate; the DDL itself is in jobq/migrations/NNNN_name.sql)
@@ -779,6 +910,10 @@ MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
 
 # MIGRATION_LIST_VERSIONS: every version recorded (numbers may have gaps: jobq.migrate).
 MIGRATION_LIST_VERSIONS = "SELECT version FROM jobq_migrations"
+
+# JOBS_ANY: whether jobs holds a row (one row read at most): a conversion of the
+# table (jobq.migrate.CONVERSIONS) is applied unasked only where it holds none.
+JOBS_ANY = "SELECT EXISTS (SELECT FROM jobs)"
 
 # MIGRATION_RECORD: one file applied, in the same transaction as its DDL; run under
 # MIGRATION_LOCK, and the primary key on version refuses a second record of a file.
@@ -924,15 +1059,16 @@ SCHEDULE_LOCK_DUE = (
 
 # JOB_INSERT_SCHEDULED: one job per slot of schedule %(name)s, its spec read from the
 # schedule's row (locked by the caller), with the idempotency key 'cron:<name>:<slot>'
-# (jobs_key_held_idx; held 'always'), so that a slot fired twice (two leaders during a
+# (held 'always', see _KEYED_INSERT), so that a slot fired twice (two leaders during a
 # failover) makes one job. Returns the jobs inserted, oldest slot first.
-JOB_INSERT_SCHEDULED = (
-    "INSERT INTO jobs (type, queue, payload, priority, max_retries, idempotency_key, schedule, scheduled_for) "
-    "SELECT s.type, s.queue, s.payload, s.priority, s.max_retries, k.key, s.name, k.slot "
+JOB_INSERT_SCHEDULED = _KEYED_INSERT.format(
+    columns=_KEYED_INSERT_COLUMNS + ", schedule, scheduled_for",
+    rows="SELECT s.type, s.queue, s.payload, s.priority, s.max_retries, now(), k.key AS idempotency_key, "
+    "NULL::text[], 'always', s.name, k.slot "
     "FROM jobq_schedules AS s, unnest(%(slots)b::timestamptz[], %(keys)b::text[]) AS k(slot, key) "
-    "WHERE s.name = %(name)s ORDER BY k.slot "
-    + _ON_KEY_HELD_DO_NOTHING + "RETURNING id, scheduled_for"
-)
+    "WHERE s.name = %(name)s ORDER BY k.slot",
+    returning="id, scheduled_for",
+) + " ORDER BY scheduled_for"
 
 # SCHEDULE_ADVANCE_IF_NEXT_RUN_AT: the next slot, and the latest fired, of a schedule
 # the caller locked; guarded by the next_run_at it read (a row advanced by someone else
@@ -1017,7 +1153,7 @@ CONTROL_NOTIFY_SCHEDULES = "SELECT pg_notify('jobq_control', 'schedules')"
 JOB_RUN_NOW_IF_SCHEDULED = (
     "WITH target AS (SELECT id FROM jobs WHERE id = ANY(%(ids)b::bigint[]) AND status = 'pending' "
     "AND run_at > now() ORDER BY id FOR UPDATE SKIP LOCKED) "
-    "UPDATE jobs AS j SET run_at = now() FROM target WHERE j.id = target.id RETURNING j.id"
+    "UPDATE jobs AS j SET run_at = now() FROM target WHERE j.id = target.id AND j." + LIVE + " RETURNING j.id"
 )
 
 # JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY: for some ids, a new pending job for each dead or
@@ -1128,7 +1264,7 @@ JOB_DELETE_IF_NOT_IN_FLIGHT = (
 JOB_SET_PRIORITY_IF_PENDING = (
     "WITH target AS (SELECT id FROM jobs WHERE id = ANY(%(ids)b::bigint[]) AND status = 'pending' "
     "AND priority <> %(priority)s ORDER BY id FOR UPDATE SKIP LOCKED) "
-    "UPDATE jobs AS j SET priority = %(priority)s FROM target WHERE j.id = target.id RETURNING j.id"
+    "UPDATE jobs AS j SET priority = %(priority)s FROM target WHERE j.id = target.id AND j." + LIVE + " RETURNING j.id"
 )
 
 # DEAD_LETTER_GROUP_EXISTS: whether a group of dead letters is known (its primary key).

@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import psycopg
 
-from jobq import claims, locks
+from jobq import claims, db, locks
 from jobq.daemon import execution
 from jobq.handlers import registry
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+
+T = TypeVar("T")
 
 registry.load([])  # the built-in handlers, as a worker loads them
 
@@ -35,24 +38,43 @@ def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
     return {value: pid for value, pid in rows}
 
 
+def sent_again(conn: psycopg.Connection, send: Callable[[], T]) -> T:
+    """``send()`` in a transaction of its own (a savepoint in the caller's), sent again
+    while it meets a job that moved to another partition meanwhile (finished by another
+    session after its snapshot), as the worker's session does (claims.changed_meanwhile)."""
+    for _ in range(claims.WRITE_AGAIN_RETRIES):
+        try:
+            with conn.transaction():
+                return send()
+        except (psycopg.errors.SerializationFailure, psycopg.errors.CheckViolation) as exc:
+            if not db.moved_meanwhile(exc):
+                raise
+    raise AssertionError(f"met moved rows {claims.WRITE_AGAIN_RETRIES} times running")
+
+
 def claim(
     conn: psycopg.Connection, limit: int = 10, queues: Sequence[str] = ("default",), worker_id: str = "test"
 ) -> list[claims.Claim]:
-    return claims.claim(conn, queues, worker_id=worker_id, limit=limit, lock_base=LOCK_BASE).result()
+    return sent_again(
+        conn, lambda: claims.claim(conn, queues, worker_id=worker_id, limit=limit, lock_base=LOCK_BASE).result()
+    )
 
 
 def complete(conn: psycopg.Connection, claimed: Sequence[claims.Claim]) -> set[int]:
     """Record every claimed job as done with {"ok": true}; returns the rejected ids."""
-    return claims.complete(
-        conn, claimed, ['{"ok":true}'] * len(claimed), [0.0] * len(claimed), lock_base=LOCK_BASE
-    ).result()
+    n = len(claimed)
+    return sent_again(
+        conn, lambda: claims.complete(conn, claimed, ['{"ok":true}'] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+    )
 
 
 def fail(
     conn: psycopg.Connection, claimed: Sequence[claims.Claim], error: str = "boom", delay: float = 0.0
 ) -> tuple[list[claims.Failure], set[int]]:
     n = len(claimed)
-    return claims.fail(conn, claimed, [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+    return sent_again(
+        conn, lambda: claims.fail(conn, claimed, [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+    )
 
 
 def run_claimed(conn: psycopg.Connection, claimed: Sequence[claims.Claim], delay: float = 0.0) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from jobq import claims, queries
+from jobq import claims, db, queries
 from jobq.daemon.reports import Gone
 from jobq.db import Connection
 from jobq.settings import Settings
@@ -138,18 +138,18 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
 def _in_one_transaction(
     conn: Connection, rows: list[LostJob], write: Callable[[], Recovered], lock_base: int
 ) -> Recovered:
-    """``write()`` of the locked ``rows`` in one transaction, sent again after a key
-    taken meanwhile (the rolled-back attempt let go of no lock of the job it failed
-    on). If it fails for good, the rows' locks are let go (session locks outlive the
+    """``write()`` of the locked ``rows`` in one transaction, sent again after a change
+    made meanwhile (claims.changed_meanwhile: the rolled-back attempt let go of no lock
+    of the job it failed on). If it fails for good, the rows' locks are let go (session locks outlive the
     rollback; kept, they would keep the jobs from everyone, and a retry would take
     them a second time) and the error raised."""
-    for attempt in range(claims.KEY_RETRIES + 1):
+    for attempt in range(claims.WRITE_AGAIN_RETRIES + 1):
         try:
             with conn.transaction():
                 return write()
         except psycopg.Error as exc:
-            if claims.key_taken_meanwhile(exc) and attempt < claims.KEY_RETRIES:
-                log.info("reaper.key_taken_meanwhile: written again")
+            if claims.changed_meanwhile(exc) and attempt < claims.WRITE_AGAIN_RETRIES:
+                log.info("reaper.changed_meanwhile error=%s: written again", db.first_line(exc))
                 continue
             _unlock(conn, rows, lock_base)
             raise

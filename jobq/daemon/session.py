@@ -86,18 +86,22 @@ class ClaimSession:
         with self.lock:
             retried = False
             unsure = 0  # retries after errors that did not say the connection was lost
-            keys = 0  # retries after a key taken meanwhile
+            again = 0  # retries after a change made meanwhile (claims.changed_meanwhile)
             while True:
                 reconnecting = self.conn is None or self.conn.closed
                 try:
                     if reconnecting:
                         self._reconnect()  # inside the retry: the connection may drop while re-locking
                     return call(self.conn, retried)  # type: ignore[arg-type]
-                except psycopg.IntegrityError as exc:
-                    if not claims.key_taken_meanwhile(exc) or keys >= claims.KEY_RETRIES:
+                except (psycopg.IntegrityError, psycopg.errors.SerializationFailure) as exc:
+                    if not claims.changed_meanwhile(exc) or again >= claims.WRITE_AGAIN_RETRIES:
                         raise
-                    keys += 1
-                    log.info("worker.key_taken_meanwhile worker=%s: written again", self.worker_id)
+                    again += 1
+                    # Partitions moving under a write are routine under load (a claim's
+                    # candidate finished elsewhere): DEBUG; a key taken meanwhile is rare: INFO.
+                    level = logging.DEBUG if db.moved_meanwhile(exc) else logging.INFO
+                    log.log(level, "worker.changed_meanwhile worker=%s error=%s: written again", self.worker_id,
+                            db.first_line(exc))
                     assert self.conn is not None
                     if reconnecting:
                         self.conn.close()  # the reconnect did not finish: start it again
