@@ -1,15 +1,17 @@
 """Sustained load with retention: does jobq stay flat for as long as it runs?
 
     python benchmark/soak.py --minutes 30 [--rate R] [--workers 2] [--retention 120]
-                             [--sample-seconds 60] [--database-url URL] [--plot FILE] [--json]
+                             [--partition-interval 60] [--sample-seconds 60]
+                             [--database-url URL] [--plot FILE] [--json]
 
 A producer enqueues noop jobs at a steady rate (default: 70 % of the drain rate
 measured first, 20,000 jobs with the same workers) in small batches, every 20 ms,
-while `jobq worker` drains them and the maintenance leader deletes finished jobs
-older than --retention seconds. Each sample period (a minute by default) reports the
+while `jobq worker` drains them and the maintenance leader retires finished jobs
+older than --retention seconds (dropping partitions --partition-interval seconds
+long, with schema 13's layout). Each sample period (a minute by default) reports the
 drain rate (completions counted by jobq's counters), enqueue -> start p50 / p99 of
-the jobs finished in it (database clock), the size on disk of `jobs` and of its
-indexes, its dead tuples, the WAL written, the oldest open transaction's age, and
+the jobs finished in it (database clock), the size on disk of `jobs` (all its
+partitions) and of its indexes, its dead tuples, the WAL written, the oldest open transaction's age, and
 the resident memory of the supervisor, its maintenance process and its largest
 worker, and the backlog (pending jobs). At the end the producer stops, the backlog
 drains (5 minutes at most), and every enqueued job must be counted done or still
@@ -49,12 +51,15 @@ FINISHED_IN_PERIOD = (
     "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)) "
     "FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s)"
 )
+# Summed over the tables that hold rows: jobs itself before schema 13, its partitions
+# after (pg_partition_tree lists a plain table as its own only leaf).
 TABLE_STATE = (
-    "SELECT pg_table_size('jobs'), pg_indexes_size('jobs'), "
-    "(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), "
+    "SELECT sum(pg_table_size(t.relid))::bigint, sum(pg_indexes_size(t.relid))::bigint, "
+    "sum(s.n_dead_tup)::bigint, "
     "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint, "
     "(SELECT greatest(max(extract(epoch FROM now() - xact_start)), 0) FROM pg_stat_activity "
-    " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid())"
+    " WHERE xact_start IS NOT NULL AND pid <> pg_backend_pid()) "
+    "FROM pg_partition_tree('jobs') AS t LEFT JOIN pg_stat_user_tables AS s ON s.relid = t.relid WHERE t.isleaf"
 )
 
 
@@ -165,7 +170,8 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         measured = drain(url, 20_000, args.workers, "WARNING")["jobs_per_s"]
         rate = 0.7 * measured
     reset(url)
-    env = {"JOBQ_LOG_LEVEL": "WARNING", "JOBQ_RETENTION": str(args.retention)}
+    env = {"JOBQ_LOG_LEVEL": "WARNING", "JOBQ_RETENTION": str(args.retention),
+           "JOBQ_PARTITION_INTERVAL": str(args.partition_interval)}
     samples: list[dict] = []
     with psycopg.connect(url, autocommit=True) as conn, stack.workers(url, args.workers, env=env) as supervisor:
         time.sleep(2)  # booted
@@ -189,7 +195,8 @@ def soak(url: str, args: argparse.Namespace) -> dict:
             final = jobq.counts(conn=conn)
     enqueued, finished = final.totals.get("enqueued_total", 0), final.totals.get("done_total", 0)
     waiting = in_queue(final)
-    retention_samples = math.ceil(args.retention / args.sample_seconds) + 1
+    # A finished job goes once its whole partition is past the retention (schema 13).
+    retention_samples = math.ceil((args.retention + args.partition_interval) / args.sample_seconds) + 1
     return {
         "rate_per_s": round(rate),
         "measured_drain_per_s": measured,
@@ -253,6 +260,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="jobs/s offered (default: 70%% of a drain measured first)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--retention", type=float, default=120, help="JOBQ_RETENTION of the workers, seconds")
+    parser.add_argument("--partition-interval", type=float, default=60,
+                        help="JOBQ_PARTITION_INTERVAL of the workers, seconds (schema 13 and later)")
     parser.add_argument("--sample-seconds", type=float, default=60)
     parser.add_argument("--database-url")
     parser.add_argument("--plot", type=Path)

@@ -1,7 +1,7 @@
 """Samples of the monotonic totals, for rates over a trailing window.
 
-The maintenance leader takes one every few seconds and keeps a quarter of an hour of
-them; a rate is the difference between the live counters and the newest sample at
+The maintenance leader takes one every few seconds and keeps them for
+JOBQ_SAMPLE_RETENTION (a quarter of an hour, the longest window, or more); a rate is the difference between the live counters and the newest sample at
 least a window old (the oldest one, while the history is shorter than the window).
 """
 
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from jobq import queries
 from jobq.db import Connection
+from jobq.settings import DEFAULT_SAMPLE_RETENTION
 
-KEEP_SECONDS = 900.0
 
-
-def take(conn: Connection) -> int:
-    """Record the current totals, and forget samples older than KEEP_SECONDS; returns
-    the number of sample rows written."""
+def take(conn: Connection, keep_seconds: float = DEFAULT_SAMPLE_RETENTION) -> int:
+    """Record the current totals, and forget samples older than ``keep_seconds``;
+    returns the number of sample rows written."""
     taken = conn.execute(queries.COUNTER_SAMPLE_TAKE).rowcount
-    conn.execute(queries.COUNTER_SAMPLE_PRUNE, {"keep_seconds": KEEP_SECONDS})
+    conn.execute(queries.COUNTER_SAMPLE_PRUNE, {"keep_seconds": keep_seconds})
     return taken

@@ -51,6 +51,16 @@ DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_AUDIT_RETENTION = 90 * 24 * 3600.0
+# Finished jobs live in partitions this long each (jobq.partitions): retention drops a
+# partition whole once all of it is older than JOBQ_RETENTION.
+DEFAULT_PARTITION_INTERVAL = 24 * 3600.0
+MIN_PARTITION_INTERVAL = 1.0
+# Partitions retention keeps at most (a GET /jobs/{id} probes each one's index on id).
+MAX_RETAINED_PARTITIONS = 1000
+DEFAULT_DEAD_LETTER_RETENTION = 0.0  # dead letters stay until replayed or discarded
+# Counter samples (jobq.metrics_samples): the longest trailing window of the metrics is
+# a quarter of an hour.
+DEFAULT_SAMPLE_RETENTION = 900.0
 # The per-minute rollup (jobq.rollup) is kept this long: the dashboard's longest window
 # is a day, and a second day lets it show yesterday's same hour.
 DEFAULT_ROLLUP_RETENTION = 2 * 24 * 3600.0
@@ -109,6 +119,9 @@ class Settings(BaseModel):
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION
     audit_retention: NonNegativeSeconds = DEFAULT_AUDIT_RETENTION  # 0: keep the audit trail for ever
+    partition_interval: float = Field(DEFAULT_PARTITION_INTERVAL, ge=MIN_PARTITION_INTERVAL, allow_inf_nan=False)
+    dead_letter_retention: NonNegativeSeconds = DEFAULT_DEAD_LETTER_RETENTION  # 0: until replayed or discarded
+    sample_retention: float = Field(DEFAULT_SAMPLE_RETENTION, ge=DEFAULT_SAMPLE_RETENTION, allow_inf_nan=False)
     rollup_retention: float = Field(DEFAULT_ROLLUP_RETENTION, ge=MIN_ROLLUP_RETENTION, allow_inf_nan=False)
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -171,6 +184,13 @@ class Settings(BaseModel):
             raise ConfigError(
                 "JOBQ_STALE_THRESHOLD",
                 f"must be longer than JOBQ_HEARTBEAT_INTERVAL ({settings.heartbeat_interval:g} s)",
+            )
+        if settings.retention / settings.partition_interval > MAX_RETAINED_PARTITIONS:
+            raise ConfigError(
+                "JOBQ_PARTITION_INTERVAL",
+                f"must be at least JOBQ_RETENTION / {MAX_RETAINED_PARTITIONS} "
+                f"({settings.retention / MAX_RETAINED_PARTITIONS:g} s): every partition kept costs "
+                "a lookup of a job by id one more probe",
             )
         return settings
 

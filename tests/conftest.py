@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from datetime import datetime, timedelta, timezone
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,7 +37,7 @@ TEST_SERVER_SETTINGS = {
 # their letters.
 TABLES = (
     "jobs", "dead_letter_jobs", "job_counters", "job_counter_samples", "workers", "jobq_queues",
-    "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules", "jobq_minutes",
+    "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules", "jobq_minutes", "job_idempotency_keys",
 )
 TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
 
@@ -99,6 +100,21 @@ def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg
         connection.execute(TRUNCATE)
         yield connection
     db.close_default_pool()
+
+
+@pytest.fixture
+def no_partitions(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """``conn``, with no range partition of finished jobs (every finished job lands in
+    jobs_finished_default) before the test and none left after it: the tests that make
+    partitions of their own, or that need jobs finished long ago to be in the default
+    partition (a daemon's leader makes the day's partitions in this shared database)."""
+    from jobq import partitions
+
+    far = datetime.now(timezone.utc) + timedelta(days=3650)
+    partitions.drop_before(conn, far)
+    yield conn
+    conn.execute(TRUNCATE)
+    partitions.drop_before(conn, far)
 
 
 @pytest.fixture

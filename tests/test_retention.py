@@ -1,8 +1,13 @@
+import threading
+from datetime import timedelta
+
+import psycopg
 import pytest
 
 import jobq
-from jobq.retention import prune
-from support import drain, run_cli
+from jobq import claims, partitions, queries
+from jobq.retention import prune, prune_dead_letters
+from support import LOCK_BASE, claim, complete, drain, run_cli
 
 pytestmark = pytest.mark.db
 
@@ -14,7 +19,8 @@ def finish_jobs(conn) -> None:
     conn.execute("UPDATE jobs SET completed_at = now() - interval '1 hour'")
 
 
-def test_prune_deletes_only_finished_jobs_past_the_cut_off_in_batches(conn):
+def test_prune_deletes_only_finished_jobs_past_the_cut_off_in_batches(no_partitions):
+    conn = no_partitions  # the jobs finished an hour ago are in the default partition
     finish_jobs(conn)
     fresh = jobq.enqueue("noop", conn=conn)
     drain(conn)  # done now: too young to prune
@@ -36,11 +42,118 @@ def test_prune_leaves_pending_and_in_flight_jobs_alone(conn):
     assert jobq.counts(conn=conn).depth["pending"] == 1
 
 
-def test_cli_prune_reports_what_it_deleted(conn, database_url):
-    finish_jobs(conn)
+def test_cli_prune_reports_what_it_deleted(no_partitions, database_url):
+    finish_jobs(no_partitions)
     result = run_cli("prune", "--older-than", "60", DATABASE_URL=database_url)
     assert result.returncode == 0, result.stderr
     assert "deleted 4 finished job(s)" in result.stdout
+
+
+def partition_names(conn) -> list[str]:
+    return [p.name for p in partitions.listed(conn)]
+
+
+def test_partitions_are_made_ahead_each_from_where_the_last_ends(no_partitions):
+    conn = no_partitions
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    made = partitions.make_ahead(conn, 3600, now)
+    assert len(made) == partitions.AHEAD + 1
+    assert made[0].lo == partitions.slot_start(now, 3600) and made[0].lo <= now < made[0].hi
+    assert all(a.hi == b.lo for a, b in zip(made, made[1:]))
+    assert partitions.make_ahead(conn, 3600, now) == []  # already there
+    later = partitions.make_ahead(conn, 3600, now + timedelta(hours=1))
+    assert [p.lo for p in later] == [made[-1].hi]
+    jobq.enqueue("noop", conn=conn)
+    drain(conn)
+    (where,) = conn.execute("SELECT tableoid::regclass::text FROM jobs").fetchone()
+    assert where == made[0].name  # a job finishing now goes to the partition of the hour
+
+
+def test_a_partition_starts_after_the_jobs_that_finished_into_the_default_partition(no_partitions):
+    conn = no_partitions
+    jobq.enqueue("noop", conn=conn)
+    drain(conn)  # no partition yet: it lands in the default partition
+    (completed_at,) = conn.execute("SELECT completed_at FROM jobs_finished_default").fetchone()
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    made = partitions.make_ahead(conn, 3600, now)
+    assert made[0].lo == completed_at + timedelta(microseconds=1)  # ATTACH would refuse the job's range
+
+
+def test_retention_drops_whole_partitions_past_the_cut_off_and_their_counts_and_keys(no_partitions):
+    conn = no_partitions
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    partitions.make_ahead(conn, 3600, now - timedelta(hours=3))  # [-3h .. 0h) in hours, aligned
+    old = jobq.enqueue_many([{"type": "noop", "idempotency_key": f"k{i}"} for i in range(3)], conn=conn)
+    jobq.enqueue("always_fail", max_retries=0, conn=conn)
+    drain(conn)
+    conn.execute("UPDATE jobs SET completed_at = now() - interval '150 minutes'")  # moves them to the old partition
+    recent = jobq.enqueue("noop", conn=conn)
+    drain(conn)
+    before = jobq.counts(conn=conn)
+    listed = partitions.listed(conn)
+    assert prune(conn, older_than=1800) == 4
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    assert partition_names(conn) == [p.name for p in listed if p.hi > now - timedelta(seconds=1800)]
+    assert [job.id for job in jobq.list_jobs(conn=conn).items] == [recent.id]
+    after = jobq.counts(conn=conn)
+    assert (after.depth["done"], after.depth["dead"]) == (1, 0)
+    assert after.totals == before.totals  # totals stay monotonic
+    assert jobq.list_dead(conn=conn).total == 1  # dead letters stay
+    again = jobq.enqueue_many([{"type": "noop", "idempotency_key": f"k{i}"} for i in range(3)], conn=conn)
+    assert {job.id for job in again}.isdisjoint({job.id for job in old})  # the keys were let go
+
+
+def test_a_partition_keeps_its_jobs_until_all_of_it_is_past_the_retention(no_partitions):
+    conn = no_partitions
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    partitions.make_ahead(conn, 86400, now)  # a day's partition: a job of a minute ago is kept
+    jobq.enqueue("noop", conn=conn)
+    drain(conn)
+    conn.execute("UPDATE jobs SET completed_at = greatest(now() - interval '1 minute', date_trunc('day', now()))")
+    assert prune(conn, older_than=30) == 0
+    assert jobq.counts(conn=conn).depth["done"] == 1
+
+
+def test_a_write_that_meets_a_job_moved_meanwhile_fails_and_sent_again_is_a_stale_write(conn, database_url):
+    """A job cancelled by an operator while its worker records its outcome: the row
+    moves to jobs_finished under the operator's commit, and the worker's update, which
+    waited for it, fails (40001) rather than follow the row there. claims.changed_meanwhile
+    tells the worker's session to send it again; sent again, it is a stale write."""
+    job = jobq.enqueue("noop", conn=conn)
+    (claimed,) = claim(conn)
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            claims.complete(conn, [claimed], ['{"ok":true}'], [0.0], lock_base=LOCK_BASE).result()
+        except psycopg.Error as exc:
+            failed.append(exc)
+
+    with psycopg.connect(database_url) as operator:
+        operator.execute("SELECT FROM jobs WHERE id = %s AND status = 'claimed' FOR UPDATE", (job.id,))
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive()  # waiting for the operator's row lock
+        operator.execute(
+            "UPDATE jobs SET status = 'cancelled', completed_at = now(), lease = nextval('jobs_lease_seq') "
+            "WHERE id = %s", (job.id,)
+        )
+    writer.join(10)
+    assert len(failed) == 1 and isinstance(failed[0], psycopg.errors.SerializationFailure), failed
+    assert claims.changed_meanwhile(failed[0])
+    assert complete(conn, [claimed]) == {claimed.job_id}  # sent again: rejected, a stale lease
+    assert jobq.get(job.id, conn=conn).status == "cancelled"
+
+
+def test_dead_letters_go_after_their_own_retention(conn):
+    jobq.enqueue_many([{"type": "always_fail", "max_retries": 0}] * 3, conn=conn)
+    drain(conn)
+    conn.execute(
+        "UPDATE dead_letter_jobs SET died_at = now() - interval '2 days' WHERE id = (SELECT min(id) FROM dead_letter_jobs)"
+    )
+    assert prune_dead_letters(conn, older_than=86400, batch=1) == 1
+    assert jobq.list_dead(conn=conn).total == 2
 
 
 def test_cli_dead_replay_and_discard(conn, database_url):

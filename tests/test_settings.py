@@ -74,6 +74,13 @@ def test_stale_threshold_must_exceed_heartbeat_interval():
     assert caught.value.variable == "JOBQ_STALE_THRESHOLD"
 
 
+def test_retention_keeps_a_bounded_number_of_partitions():
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({"JOBQ_RETENTION": "604800", "JOBQ_PARTITION_INTERVAL": "60"})  # 10,080 partitions
+    assert caught.value.variable == "JOBQ_PARTITION_INTERVAL" and "604.8 s" in str(caught.value)
+    assert Settings.from_env({"JOBQ_RETENTION": "604800", "JOBQ_PARTITION_INTERVAL": "3600"}).partition_interval == 3600
+
+
 def test_a_vanished_peer_is_dropped_within_30_s_by_default_on_both_sides():
     timeout = Settings.from_env({}).dead_connection_timeout
     assert timeout == DEFAULT_DEAD_CONNECTION_TIMEOUT == 30

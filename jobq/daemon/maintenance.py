@@ -8,8 +8,9 @@ locks are free; and pass on operators' cancels and pauses (LISTEN on the
 Cluster-wide work, only while it holds the leader lock (several hosts may run
 ``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
 its own interval: the samples of the counters that trailing-window metrics are
-computed from, the stale reaper, the removal of dead workers' rows, retention
-(JOBQ_RETENTION), carrying on the bulk operations whose runner went away
+computed from (kept for JOBQ_SAMPLE_RETENTION), the partitions of finished jobs made
+ahead of time (:mod:`jobq.partitions`), the stale reaper, the removal of dead workers'
+rows, retention (JOBQ_RETENTION; JOBQ_DEAD_LETTER_RETENTION), carrying on the bulk operations whose runner went away
 (:func:`jobq.operations.resume_stalled`), the audit trail's retention
 (JOBQ_AUDIT_RETENTION), and the per-minute rollup of the dashboard's charts
 (:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION), and the
@@ -35,7 +36,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import audit, claims, db, locks, metrics_samples, operations, planning, queries, retention, rollup
+from jobq import audit, claims, db, locks, metrics_samples, operations, partitions, planning, queries, retention, rollup
 from jobq.daemon import presence, reaper, reports
 from jobq.daemon.listener import CONTROL_CHANNEL, Listener
 from jobq.daemon.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
@@ -99,7 +100,10 @@ class Maintenance:
         every = settings.reaper_interval
         self.duties = [
             Duty("analyse", SAMPLE_INTERVAL, planning.analyse_if_never),
-            Duty("sample", SAMPLE_INTERVAL, metrics_samples.take),
+            Duty("sample", SAMPLE_INTERVAL, lambda conn: metrics_samples.take(conn, settings.sample_retention)),
+            # Before retention: the partitions of the hour and the next ones, made ahead.
+            Duty("partitions", min(every, settings.partition_interval / 4),
+                 lambda conn: partitions.maintain(conn, settings.partition_interval)),
             Duty("reap", every, self.reap_once),
             Duty("remove_workers", every, self.remove_workers_once),
         ]
@@ -108,6 +112,9 @@ class Maintenance:
         self.duties.append(
             Duty("operations", SAMPLE_INTERVAL, lambda conn: operations.resume_stalled(conn, budget=operations.RESUME_BUDGET))
         )
+        if settings.dead_letter_retention > 0:
+            self.duties.append(Duty("dead_letter_retention", every, lambda conn: retention.prune_dead_letters(
+                conn, settings.dead_letter_retention, budget=RETENTION_BUDGET)))
         if settings.audit_retention > 0:
             self.duties.append(Duty("audit_retention", every, lambda conn: audit.prune(conn, settings.audit_retention)))
         # After "sample": a minute's failed runs come from its samples.

@@ -1,0 +1,149 @@
+"""The partitions of finished jobs: made ahead of time, dropped whole by retention.
+
+Schema 13 keeps finished jobs in ``jobs_finished``, partitioned by range of
+``completed_at``, one partition per JOBQ_PARTITION_INTERVAL, aligned on whole
+multiples of it since the epoch (a day's partition runs midnight to midnight UTC).
+The maintenance leader keeps the current partition and the next ones in place
+(:func:`make_ahead`); a job finishing while none covers the hour (a leader gone for
+longer than that) lands in ``jobs_finished_default`` and is pruned by ``DELETE``
+(:mod:`jobq.retention`), never refused.
+
+:func:`drop_before` retires the partitions whose whole range is older than the
+retention: so a finished job is kept for JOBQ_RETENTION at least and one interval
+more at most. Dropping fires no trigger, so the same transaction takes the
+partition's rows off the depth counters and lets go of their 'always' keys.
+
+Each change runs in its own short transaction under a lock timeout: DDL on
+``jobs_finished`` waits for the completions that hold it and they wait behind it, so
+a wait is cut short (``LockNotAvailable``) and the change is tried again next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from psycopg import sql
+
+from jobq import queries
+from jobq.db import Connection
+
+log = logging.getLogger(__name__)
+
+AHEAD = 2  # partitions made beyond the current one
+LOCK_TIMEOUT_MS = 500
+PREFIX = "jobs_finished_"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    lo: datetime
+    hi: datetime
+
+
+def listed(conn: Connection) -> list[Partition]:
+    """The range partitions of jobs_finished, oldest first."""
+    return [Partition(*row) for row in conn.execute(queries.FINISHED_PARTITION_LIST)]
+
+
+def slot_start(at: datetime, interval: float) -> datetime:
+    """The start of the interval-long slot (counted from the epoch) that holds ``at``."""
+    seconds = (at - EPOCH).total_seconds()
+    return EPOCH + timedelta(seconds=math.floor(seconds / interval) * interval)
+
+
+def name_of(lo: datetime) -> str:
+    """A partition's name, from the start of its range in UTC."""
+    utc = lo.astimezone(timezone.utc)
+    return PREFIX + utc.strftime("%Y%m%d_%H%M%S") + (f"_{utc.microsecond:06d}" if utc.microsecond else "")
+
+
+def make_ahead(conn: Connection, interval: float, now: datetime) -> list[Partition]:
+    """Make the partitions that cover ``now`` and AHEAD intervals after it, each
+    starting where the latest one ends (or at its slot's start). ``conn`` must be in
+    autocommit mode. Returns those made; raises ``LockNotAvailable`` when a lock was not
+    had in time (the rest waits for the next pass)."""
+    made: list[Partition] = []
+    existing = listed(conn)
+    until = slot_start(now, interval) + timedelta(seconds=interval * (AHEAD + 1))
+    lo = existing[-1].hi if existing else slot_start(now, interval)
+    while lo < until:
+        hi = slot_start(lo, interval) + timedelta(seconds=interval)
+        partition = _attach(conn, lo, hi)
+        if partition is not None:
+            made.append(partition)
+        lo = hi
+    return made
+
+
+def _attach(conn: Connection, lo: datetime, hi: datetime) -> Partition | None:
+    with conn.transaction():
+        conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
+        conn.execute(queries.FINISHED_DEFAULT_LOCK)
+        (latest,) = conn.execute(queries.FINISHED_DEFAULT_LAST_IN_RANGE, {"lo": lo, "hi": hi}).fetchone()  # type: ignore[misc]
+        if latest is not None:  # jobs that finished while no partition covered [lo, latest]
+            lo = latest + timedelta(microseconds=1)
+            if lo >= hi:
+                return None
+        leaf = sql.Identifier(name_of(lo))
+        conn.execute(sql.SQL(queries.FINISHED_PARTITION_CREATE).format(leaf=leaf))
+        key = sql.Identifier(name_of(lo) + "_id_key")
+        conn.execute(sql.SQL(queries.FINISHED_PARTITION_ID_KEY).format(key=key, leaf=leaf))
+        conn.execute(
+            sql.SQL(queries.FINISHED_PARTITION_ATTACH).format(leaf=leaf, lo=sql.Literal(lo), hi=sql.Literal(hi))
+        )
+    log.info("partitions.made partition=%s from=%s to=%s", name_of(lo), lo.isoformat(), hi.isoformat())
+    return Partition(name_of(lo), lo, hi)
+
+
+def drop_before(conn: Connection, cutoff: datetime) -> int:
+    """Drop the partitions whose whole range ends at or before ``cutoff``, oldest
+    first, each in a transaction of its own that takes its rows off the depth counters
+    and lets go of their 'always' keys. ``conn`` must be in autocommit mode. Returns how
+    many jobs went; raises ``LockNotAvailable`` as :func:`make_ahead` does."""
+    dropped = 0
+    for partition in listed(conn):
+        if partition.hi > cutoff:
+            break
+        leaf = sql.Identifier(partition.name)
+        with conn.transaction():
+            conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
+            conn.execute(sql.SQL(queries.FINISHED_PARTITION_LOCK).format(leaf=leaf))
+            (rows,) = conn.execute(sql.SQL(queries.FINISHED_PARTITION_UNCOUNT).format(leaf=leaf)).fetchone()  # type: ignore[misc]
+            conn.execute(sql.SQL(queries.FINISHED_PARTITION_FORGET_KEYS).format(leaf=leaf))
+            conn.execute(sql.SQL(queries.FINISHED_PARTITION_DETACH).format(leaf=leaf))
+            conn.execute(sql.SQL(queries.FINISHED_PARTITION_DROP).format(leaf=leaf))
+        log.info("partitions.dropped partition=%s jobs=%s before=%s", partition.name, rows, partition.hi.isoformat())
+        dropped += rows
+    return dropped
+
+
+def oldest_start(conn: Connection) -> datetime | None:
+    """Where the oldest range partition starts (None: there is none): finished jobs
+    before it are in the default partition."""
+    partitions = listed(conn)
+    return partitions[0].lo if partitions else None
+
+
+def analyse(conn: Connection) -> None:
+    """ANALYZE the partitioned table (autovacuum analyses each partition, never it)."""
+    conn.execute(queries.JOBS_ANALYZE)
+
+
+def maintain(conn: Connection, interval: float) -> int:
+    """The leader's pass: make what is missing ahead of now, and analyse the table after
+    a change of its partitions. Returns how many partitions were made."""
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
+    try:
+        made = make_ahead(conn, interval, now)
+    except psycopg.errors.LockNotAvailable:
+        log.info("partitions.busy: a lock was not had in time, tried again next pass")
+        return 0
+    if made:
+        analyse(conn)
+    return len(made)
