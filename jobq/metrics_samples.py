@@ -1,8 +1,9 @@
 """Samples of the monotonic totals, for rates over a trailing window.
 
 The maintenance leader takes one every few seconds and keeps them for
-JOBQ_SAMPLE_RETENTION (a quarter of an hour, the longest window, or more); a rate is the difference between the live counters and the newest sample at
-least a window old (the oldest one, while the history is shorter than the window).
+JOBQ_SAMPLE_RETENTION (a quarter of an hour, the longest window, or more); a rate is
+the difference between the live counters and the newest sample at least a window old
+(the oldest one, while the history is shorter than the window).
 """
 
 from __future__ import annotations

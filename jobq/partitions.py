@@ -15,7 +15,7 @@ partition's rows off the depth counters and lets go of their 'always' keys.
 
 Each change runs in its own short transaction under a lock timeout: DDL on
 ``jobs_finished`` waits for the completions that hold it and they wait behind it, so
-a wait is cut short (``LockNotAvailable``) and the change is tried again next pass.
+a wait is cut short and the change is tried again next pass.
 """
 
 from __future__ import annotations
@@ -105,19 +105,23 @@ def drop_before(conn: Connection, cutoff: datetime) -> int:
     """Drop the partitions whose whole range ends at or before ``cutoff``, oldest
     first, each in a transaction of its own that takes its rows off the depth counters
     and lets go of their 'always' keys. ``conn`` must be in autocommit mode. Returns how
-    many jobs went; raises ``LockNotAvailable`` as :func:`make_ahead` does."""
+    many jobs went. A lock not had in time leaves the rest to the next call."""
     dropped = 0
     for partition in listed(conn):
         if partition.hi > cutoff:
             break
         leaf = sql.Identifier(partition.name)
-        with conn.transaction():
-            conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
-            conn.execute(sql.SQL(queries.FINISHED_PARTITION_LOCK).format(leaf=leaf))
-            (rows,) = conn.execute(sql.SQL(queries.FINISHED_PARTITION_UNCOUNT).format(leaf=leaf)).fetchone()  # type: ignore[misc]
-            conn.execute(sql.SQL(queries.FINISHED_PARTITION_FORGET_KEYS).format(leaf=leaf))
-            conn.execute(sql.SQL(queries.FINISHED_PARTITION_DETACH).format(leaf=leaf))
-            conn.execute(sql.SQL(queries.FINISHED_PARTITION_DROP).format(leaf=leaf))
+        try:
+            with conn.transaction():
+                conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
+                conn.execute(sql.SQL(queries.FINISHED_PARTITION_LOCK).format(leaf=leaf))
+                (rows,) = conn.execute(sql.SQL(queries.FINISHED_PARTITION_UNCOUNT).format(leaf=leaf)).fetchone()  # type: ignore[misc]
+                conn.execute(sql.SQL(queries.FINISHED_PARTITION_FORGET_KEYS).format(leaf=leaf))
+                conn.execute(sql.SQL(queries.FINISHED_PARTITION_DETACH).format(leaf=leaf))
+                conn.execute(sql.SQL(queries.FINISHED_PARTITION_DROP).format(leaf=leaf))
+        except psycopg.errors.LockNotAvailable:
+            log.info("partitions.busy partition=%s: a lock was not had in time, tried again next pass", partition.name)
+            break
         log.info("partitions.dropped partition=%s jobs=%s before=%s", partition.name, rows, partition.hi.isoformat())
         dropped += rows
     return dropped
@@ -143,7 +147,7 @@ def maintain(conn: Connection, interval: float) -> int:
         made = make_ahead(conn, interval, now)
     except psycopg.errors.LockNotAvailable:
         log.info("partitions.busy: a lock was not had in time, tried again next pass")
-        return 0
+        made = []
     if made:
         analyse(conn)
     return len(made)

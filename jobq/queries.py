@@ -323,6 +323,17 @@ JOB_CLAIM = (
     "pg_try_advisory_lock(%(lock_base)s | j.id)"
 )
 
+# CLAIM_SESSION_PLANNER: a worker's claim session never plans a bitmap scan. Autovacuum
+# analyses jobs_live whenever a fiftieth of it changed, and a queue that just drained
+# is then analysed empty (reltuples = 0). Until the next analysis the planner believes
+# a backlog that arrives is one row, and served the claim by reading every due job of
+# the queue through a bitmap scan and sorting them all (47 ms a claim with 100,000
+# waiting, so the drain fell to a third and the backlog grew: the stalls of the first
+# soak of schema 13), instead of the first ones through jobs_pending_claim_idx in
+# order. Every statement of the session is a range of that index or probes by id,
+# which a plain index scan serves as well.
+CLAIM_SESSION_PLANNER = "SET enable_bitmapscan = off"
+
 # The status test of a write by id (a batch's starts, heartbeats and outcomes, a
 # re-lock): spelt as a CASE, which the planner cannot match to the partial index
 # jobs_inflight_heartbeat_idx. With statistics taken while few jobs were in flight,
@@ -878,15 +889,17 @@ JOBS_ANALYZE = "ANALYZE jobs"
 # ---------------------------------------------------------------------------------------
 # The planner's statistics (jobq.planning)
 
-# JOBS_UNANALYSED: whether jobs_live holds at least %(min_rows)s rows and has never been
-# analysed, by hand or by autovacuum (whose first pass may be a minute away): the
-# planner then guesses, and its guess for the claim read every due job of the queue
-# through the (queue, run_at) index of schema 1 and sorted them all (23 ms a claim with
-# 50,000 jobs waiting, 80 ms with 200,000) instead of the first ones through
-# jobs_pending_claim_idx.
-JOBS_UNANALYSED = (
-    "SELECT coalesce(last_analyze, last_autoanalyze) IS NULL AND n_live_tup >= %(min_rows)s "
-    "FROM pg_stat_user_tables WHERE relid = 'jobs_live'::regclass"
+# JOBS_LIVE_STATISTICS_STALE: whether the planner's count of jobs_live (pg_class.reltuples:
+# -1 never analysed, 0 analysed empty) is %(factor)s times short of the jobs live now
+# (the exact counters: a scan of job_counters, a small table), with at least
+# %(min_rows)s of them. Never analysed, the planner's guess for the claim read every
+# due job of the queue and sorted them all (23 ms a claim with 50,000 jobs waiting, 80
+# ms with 200,000); analysed empty, a bitmap scan did the same (see
+# CLAIM_SESSION_PLANNER), and other plans are guesses too until autovacuum's next look.
+JOBS_LIVE_STATISTICS_STALE = (
+    "SELECT live.n >= %(min_rows)s AND live.n > %(factor)s * greatest(c.reltuples, 0) "
+    "FROM pg_class AS c, (SELECT coalesce(sum(n), 0) AS n FROM job_counters "
+    "WHERE name IN ('pending', 'claimed', 'running')) AS live WHERE c.oid = 'jobs_live'::regclass"
 )
 JOBS_LIVE_ANALYZE = "ANALYZE jobs_live"
 

@@ -48,10 +48,8 @@ def in_flight(database_url):
         conn.execute("TRUNCATE jobs, job_counters")
 
 
-@pytest.mark.parametrize("name", BY_ID)
-def test_a_write_by_id_probes_the_primary_key(in_flight, name):
-    conn, held = in_flight
-    batch = held[:50]
+def by_id_plan(conn, name: str, batch) -> str:
+    """The plan of the write by id ``name`` of queries for the claimed jobs ``batch``."""
     n = len(batch)
     params = {
         "ids": [c.job_id for c in batch], "leases": [c.lease for c in batch], "locked": [True] * n,
@@ -59,8 +57,14 @@ def test_a_write_by_id_probes_the_primary_key(in_flight, name):
         "max_retries": [None] * n, "lock_base": LOCK_BASE, "actor": "test", "progress": "{}",
         "id": batch[0].job_id, "lease": batch[0].lease,
     }
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + getattr(queries, name), params))
+
+
+@pytest.mark.parametrize("name", BY_ID)
+def test_a_write_by_id_probes_the_primary_key(in_flight, name):
+    conn, held = in_flight
     with conn.transaction():
-        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + getattr(queries, name), params))
+        plan = by_id_plan(conn, name, held[:50])
     assert "jobs_live_pkey" in plan and "jobs_inflight_heartbeat_idx" not in plan, plan
     assert "jobs_finished" not in plan, plan  # pruned to jobs_live
 
@@ -74,39 +78,42 @@ def test_the_claim_reads_the_live_partition_only(in_flight):
 
 def test_with_statistics_of_an_empty_live_partition_the_claim_and_writes_probe_the_primary_key(database_url):
     """Autovacuum running while jobs_live holds no row (a drain just ended) leaves it
-    with reltuples = 0 and its pages still there. The planner then found every index
-    equally cheap, and served the writes by id from a listing index that has id among
-    its columns, reading all of it once a write (556 ms a claim in a soak): schema 13's
-    live listing indexes leave id out."""
+    with reltuples = 0 and its pages still there, and a backlog that arrives next is
+    unknown to the planner. It then found every index equally cheap, and served the
+    writes by id from a listing index that has id among its columns, reading all of it
+    once a write (556 ms a claim in a soak): schema 13's live listing indexes leave id
+    out, and each write carries its ids as an index condition. And it served the claim
+    by sorting every due job (47 ms a claim with 100,000 waiting): the claim session
+    plans no bitmap scan (queries.CLAIM_SESSION_PLANNER)."""
     with psycopg.connect(database_url, autocommit=True) as conn, \
             psycopg.connect(database_url, autocommit=True) as reader:
         conn.execute("TRUNCATE jobs, job_counters")
-        jobq.enqueue_many([{"type": "noop"}] * 3000, conn=conn)
-        for _ in range(60):
-            complete(conn, claim(conn, 50))
+        jobq.enqueue_many([{"type": "noop"}] * 20_000, conn=conn)
+        while claimed := claim(conn, 500):
+            complete(conn, claimed)
         # A reader's lock keeps VACUUM from truncating the empty pages, as a busy
         # queue's sessions do.
         reader.execute("BEGIN; LOCK TABLE jobs_live IN ACCESS SHARE MODE")
-        conn.execute("VACUUM jobs_live")
+        conn.execute("VACUUM ANALYZE jobs_live")  # as autovacuum does, on a drained queue
         reader.execute("COMMIT")
         tuples, pages = conn.execute(
             "SELECT reltuples, relpages FROM pg_class WHERE relname = 'jobs_live'"
         ).fetchone()
         assert tuples == 0 and pages > 0, (tuples, pages)
-        jobq.enqueue_many([{"type": "noop"}] * 100, conn=conn)
+        for _ in range(100):  # a backlog the statistics do not know of
+            jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
+        conn.execute(queries.CLAIM_SESSION_PLANNER)  # as a worker's claim session
         held = claim(conn, 50)
         with conn.transaction():
             plans = {"JOB_CLAIM": claim_plan(conn)}
             for name in BY_ID:
-                n = len(held)
-                params = {
-                    "ids": [c.job_id for c in held], "leases": [c.lease for c in held], "locked": [True] * n,
-                    "results": [None] * n, "elapsed": [0.0] * n, "errors": ["e"] * n, "delays": [1.0] * n,
-                    "max_retries": [None] * n, "lock_base": LOCK_BASE, "actor": "test", "progress": "{}",
-                    "id": held[0].job_id, "lease": held[0].lease,
-                }
-                plans[name] = "\n".join(row[0] for row in conn.execute("EXPLAIN " + getattr(queries, name), params))
+                plans[name] = by_id_plan(conn, name, held)
         conn.execute("TRUNCATE jobs, job_counters")
+    # The claim reads the backlog in claim order: its locking step reads the claim index
+    # itself, with no sort of every due job in between.
+    claim_lines = plans["JOB_CLAIM"].splitlines()
+    locking = next(i for i, line in enumerate(claim_lines) if "LockRows" in line)
+    assert "Index Scan using jobs_pending_claim_idx" in claim_lines[locking + 1], plans["JOB_CLAIM"]
     for name, plan in plans.items():
         lines = plan.splitlines()
         assert not any("Seq Scan on jobs_live" in line for line in lines), (name, plan)
@@ -136,8 +143,8 @@ def claim_plan(conn) -> str:
 
 def test_a_jobs_table_never_analysed_is_analysed_once_and_the_claim_reads_in_claim_order(unanalysed_backlog):
     with psycopg.connect(unanalysed_backlog, autocommit=True) as conn:
-        assert wait_for(lambda: planning.analyse_if_never(conn), 10, "the table seen unanalysed") == 1
-        assert planning.analyse_if_never(conn) == 0  # once
+        assert wait_for(lambda: planning.analyse_if_stale(conn), 10, "the table seen unanalysed") == 1
+        assert planning.analyse_if_stale(conn) == 0  # once
         plan = claim_plan(conn)
     assert "jobs_pending_claim_idx" in plan, plan
 
@@ -151,3 +158,17 @@ def test_the_maintenance_leader_analyses_a_table_it_finds_without_statistics(una
             ).fetchone()[0],
             20, "jobs analysed by the leader",
         )
+
+
+def test_statistics_taken_of_an_empty_live_partition_are_renewed_once_a_backlog_arrives(empty_database):
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        conn.execute("ALTER TABLE jobs_live SET (autovacuum_enabled = off)")
+        conn.execute("ANALYZE jobs_live")  # a drained queue, analysed: the planner counts 0
+        assert planning.analyse_if_stale(conn) == 0
+        for _ in range(20):
+            jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
+        assert planning.analyse_if_stale(conn) == 1
+        assert planning.analyse_if_stale(conn) == 0  # told: nothing more to do
+        (counted,) = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'jobs_live'").fetchone()
+        assert counted == 20_000

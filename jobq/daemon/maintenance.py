@@ -14,7 +14,7 @@ rows, retention (JOBQ_RETENTION; JOBQ_DEAD_LETTER_RETENTION), carrying on the bu
 (:func:`jobq.operations.resume_stalled`), the audit trail's retention
 (JOBQ_AUDIT_RETENTION), and the per-minute rollup of the dashboard's charts
 (:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION), and the
-planner's statistics of a jobs table never analysed yet (:mod:`jobq.planning`). Each
+planner's statistics of jobs_live when they are far short of it (:mod:`jobq.planning`). Each
 duty's ``run_once`` returns how many rows it changed and logs only when it changed
 something.
 
@@ -99,7 +99,7 @@ class Maintenance:
         self.next_connect = 0.0
         every = settings.reaper_interval
         self.duties = [
-            Duty("analyse", SAMPLE_INTERVAL, planning.analyse_if_never),
+            Duty("analyse", SAMPLE_INTERVAL, planning.analyse_if_stale),
             Duty("sample", SAMPLE_INTERVAL, lambda conn: metrics_samples.take(conn, settings.sample_retention)),
             # Before retention: the partitions of the hour and the next ones, made ahead.
             Duty("partitions", min(every, settings.partition_interval / 4),

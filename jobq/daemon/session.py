@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import claims, db
+from jobq import claims, db, queries
 from jobq.claims import Claim
 from jobq.daemon.batch import Hand
 from jobq.errors import DatabaseUnavailable
@@ -70,6 +70,8 @@ class ClaimSession:
             try:
                 name = f"jobq worker {self.worker_id}"
                 self.conn = db.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
+                with db.database_errors():
+                    self.conn.execute(queries.CLAIM_SESSION_PLANNER)
                 return
             except DatabaseUnavailable as exc:
                 if self.stopping.is_set():
