@@ -822,8 +822,8 @@ MINUTE_LIST_OF_QUEUE = (
 # their bounds (the catalogue's text of each, read back as timestamptz in the same
 # session); the DEFAULT partition is not among them. A scan of pg_inherits.
 FINISHED_PARTITION_LIST = (
-    "SELECT c.relname, substring(b.bound FROM $$FROM \('([^']+)'\)$$)::timestamptz, "
-    "substring(b.bound FROM $$TO \('([^']+)'\)$$)::timestamptz "
+    r"SELECT c.relname, substring(b.bound FROM $$FROM \('([^']+)'\)$$)::timestamptz, "
+    r"substring(b.bound FROM $$TO \('([^']+)'\)$$)::timestamptz "
     "FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
     "CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS bound) AS b "
     "WHERE i.inhparent = 'jobs_finished'::regclass AND b.bound <> 'DEFAULT' ORDER BY 2"
