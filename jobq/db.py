@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -34,6 +34,7 @@ from jobq import settings
 log = logging.getLogger(__name__)
 
 Connection = psycopg.Connection[Any]
+T = TypeVar("T")
 
 CONNECT_TIMEOUT = 5  # seconds: a database that does not answer is reported, not waited on forever
 KEEPALIVE_PROBES = 3  # unanswered keepalive probes after which a connection is dead
@@ -364,24 +365,30 @@ def moved_meanwhile(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.CheckViolation) and exc.diag.table_name == FINISHED_DEFAULT
 
 
-def again_if_moved(
-    conn: Connection, statement: Any, params: Any = None, *, cursor: psycopg.Cursor[Any] | None = None
-) -> psycopg.Cursor[Any]:
-    """Execute one statement that updates, deletes or locks jobs by id, in a savepoint
-    (a transaction of its own in autocommit mode), sent again when the partitions moved
-    under it (:func:`moved_meanwhile`: a job that finished, was cancelled or deleted
-    meanwhile left jobs_live; a partition attached meanwhile). Sent again, its new
-    snapshot sees the row where it is now, and the statement's status guard decides.
-    Returns the cursor (``cursor``, or a new one of ``conn``), its rows not read yet."""
-    for attempt in range(MOVED_RETRIES + 1):
+def sent_again_if_moved(conn: Connection, send: Callable[[], T], *, retries: int = MOVED_RETRIES) -> T:
+    """``send()`` in a savepoint (a transaction of its own in autocommit mode), sent
+    again up to ``retries`` times while it fails because the partitions moved under it
+    (:func:`moved_meanwhile`: a job that finished, was cancelled or deleted meanwhile
+    left jobs_live; a partition attached meanwhile). Sent again, its new snapshot sees
+    the row where it is now, and the statement's status guard decides."""
+    for attempt in range(retries + 1):
         try:
             with conn.transaction():
-                return (cursor or conn.cursor()).execute(statement, params)
+                return send()
         except (psycopg.errors.SerializationFailure, psycopg.errors.CheckViolation) as exc:
-            if attempt == MOVED_RETRIES or not moved_meanwhile(exc):
+            if attempt == retries or not moved_meanwhile(exc):
                 raise
             log.info("db.row_moved_meanwhile: sent again")
     raise AssertionError("unreachable")
+
+
+def again_if_moved(
+    conn: Connection, statement: Any, params: Any = None, *, cursor: psycopg.Cursor[Any] | None = None
+) -> psycopg.Cursor[Any]:
+    """Execute one statement that updates, deletes or locks jobs by id, as
+    :func:`sent_again_if_moved` sends it. Returns the cursor (``cursor``, or a new one
+    of ``conn``), its rows not read yet."""
+    return sent_again_if_moved(conn, lambda: (cursor or conn.cursor()).execute(statement, params))
 
 
 def ping(conn: Connection | None = None) -> None:

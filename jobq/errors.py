@@ -187,9 +187,9 @@ class SchemaTooOld(SchemaError):
 
 class ConversionNeeded(SchemaTooOld):
     """The next migration rewrites the jobs table, which holds jobs: only an explicit
-    ``jobq migrate --partition`` applies it (``applied``: what this run did before it)."""
+    ``jobq migrate --partition`` applies it."""
 
-    def __init__(self, version: int, option: str, applied: list | None = None) -> None:
+    def __init__(self, version: int, option: str) -> None:
         SchemaError.__init__(
             self,
             f"database schema is at version {version - 1}, this jobq needs {version}, which converts the jobs "
@@ -198,7 +198,6 @@ class ConversionNeeded(SchemaTooOld):
         )
         self.applied = version - 1
         self.required = version
-        self.migrations = applied or []
 
 
 class SchemaTooNew(SchemaError):

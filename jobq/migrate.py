@@ -131,7 +131,7 @@ def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: in
             if migration.version in CONVERSIONS and not convert:
                 (holds_rows,) = conn.execute(CONVERSIONS[migration.version]).fetchone()  # type: ignore[misc]
                 if holds_rows:
-                    raise ConversionNeeded(migration.version, CONVERSION_OPTION, applied=done)
+                    raise ConversionNeeded(migration.version, CONVERSION_OPTION)
             with conn.transaction():
                 conn.execute(migration.sql)
                 conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})

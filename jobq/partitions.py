@@ -90,15 +90,16 @@ def _attach(conn: Connection, lo: datetime, hi: datetime) -> Partition | None:
             lo = latest + timedelta(microseconds=1)
             if lo >= hi:
                 return None
-        leaf = sql.Identifier(name_of(lo))
+        name = name_of(lo)
+        leaf = sql.Identifier(name)
         conn.execute(sql.SQL(queries.FINISHED_PARTITION_CREATE).format(leaf=leaf))
-        key = sql.Identifier(name_of(lo) + "_id_key")
+        key = sql.Identifier(name + "_id_key")
         conn.execute(sql.SQL(queries.FINISHED_PARTITION_ID_KEY).format(key=key, leaf=leaf))
         conn.execute(
             sql.SQL(queries.FINISHED_PARTITION_ATTACH).format(leaf=leaf, lo=sql.Literal(lo), hi=sql.Literal(hi))
         )
-    log.info("partitions.made partition=%s from=%s to=%s", name_of(lo), lo.isoformat(), hi.isoformat())
-    return Partition(name_of(lo), lo, hi)
+    log.info("partitions.made partition=%s from=%s to=%s", name, lo.isoformat(), hi.isoformat())
+    return Partition(name, lo, hi)
 
 
 def drop_before(conn: Connection, cutoff: datetime) -> int:

@@ -39,17 +39,10 @@ def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
 
 
 def sent_again(conn: psycopg.Connection, send: Callable[[], T]) -> T:
-    """``send()`` in a transaction of its own (a savepoint in the caller's), sent again
-    while it meets a job that moved to another partition meanwhile (finished by another
-    session after its snapshot), as the worker's session does (claims.changed_meanwhile)."""
-    for _ in range(claims.WRITE_AGAIN_RETRIES):
-        try:
-            with conn.transaction():
-                return send()
-        except (psycopg.errors.SerializationFailure, psycopg.errors.CheckViolation) as exc:
-            if not db.moved_meanwhile(exc):
-                raise
-    raise AssertionError(f"met moved rows {claims.WRITE_AGAIN_RETRIES} times running")
+    """``send()`` sent again while it meets a job that moved to another partition
+    meanwhile (finished by another session after its snapshot), as often as the
+    worker's session sends a write again (claims.changed_meanwhile)."""
+    return db.sent_again_if_moved(conn, send, retries=claims.WRITE_AGAIN_RETRIES)
 
 
 def claim(

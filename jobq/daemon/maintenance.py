@@ -10,12 +10,12 @@ Cluster-wide work, only while it holds the leader lock (several hosts may run
 its own interval: the samples of the counters that trailing-window metrics are
 computed from (kept for JOBQ_SAMPLE_RETENTION), the partitions of finished jobs made
 ahead of time (:mod:`jobq.partitions`), the stale reaper, the removal of dead workers'
-rows, retention (JOBQ_RETENTION; JOBQ_DEAD_LETTER_RETENTION), carrying on the bulk operations whose runner went away
-(:func:`jobq.operations.resume_stalled`), the audit trail's retention
-(JOBQ_AUDIT_RETENTION), and the per-minute rollup of the dashboard's charts
-(:func:`jobq.rollup.take`) and its retention (JOBQ_ROLLUP_RETENTION), and the
-planner's statistics of jobs_live when they are far short of it (:mod:`jobq.planning`). Each
-duty's ``run_once`` returns how many rows it changed and logs only when it changed
+rows, retention (JOBQ_RETENTION; JOBQ_DEAD_LETTER_RETENTION), carrying on the bulk
+operations whose runner went away (:func:`jobq.operations.resume_stalled`), the audit
+trail's retention (JOBQ_AUDIT_RETENTION), and the per-minute rollup of the
+dashboard's charts (:func:`jobq.rollup.take`) and its retention
+(JOBQ_ROLLUP_RETENTION), and the planner's statistics of jobs_live when they are far
+short of it (:mod:`jobq.planning`). Each duty's ``run_once`` returns how many rows it changed and logs only when it changed
 something.
 
 The leader also fires periodic jobs, on their slots rather than on an interval
