@@ -95,7 +95,10 @@ def test_a_host_killed_whole_mid_drain_gets_its_jobs_back_through_the_stale_reap
     in_flight = "SELECT array_agg(id) FROM jobs WHERE worker_id LIKE 'host-b:%%' AND status IN ('claimed', 'running')"
     wait_for(lambda: scalar(ledger, in_flight), 30, "host-b holding jobs")
     kill_host(hosts["host-b"])
-    held = set(scalar(ledger, in_flight) or ())  # read once host-b is stopped: what it held when it died
+    # A COMMIT host-b sent just before it died is still carried out by the server; its
+    # sessions end only after that, so what it held is read once they are gone.
+    wait_for(lambda: sessions_by_host(ledger)["host-b"] == 0, 10, "host-b's sessions gone")
+    held = set(scalar(ledger, in_flight) or ())
     assert held
 
     wait_for(lambda: jobq.counts(conn=ledger).depth["done"] == 600, 60, "all 600 jobs done")
