@@ -12,6 +12,7 @@ then reads both, in one round trip.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import psycopg
+from psycopg import sql
 
 from jobq import db, queries
 from jobq.db import Connection
@@ -125,9 +127,7 @@ def claim(
     sort, before the first row is updated); send it again.
     """
     cur = conn.cursor()
-    cur.execute(
-        queries.JOB_CLAIM, {"queues": list(queues), "worker_id": worker_id, "limit": limit, "lock_base": lock_base}
-    )
+    cur.execute(claim_statement(limit), {"queues": list(queues), "worker_id": worker_id, "lock_base": lock_base})
 
     def read() -> list[Claim]:
         jobs = [(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
@@ -136,6 +136,15 @@ def claim(
         return claimed
 
     return Deferred(read)
+
+
+@functools.lru_cache(maxsize=64)
+def claim_statement(limit: int) -> str:
+    """JOB_CLAIM for claims of up to ``limit`` jobs: one statement (and one prepared
+    plan) per claim size; a worker's sizes are the powers of two up to its cap."""
+    if limit < 1:
+        raise ValueError(f"a claim takes at least one job, not {limit}")
+    return sql.SQL(queries.JOB_CLAIM).format(limit=sql.Literal(limit)).as_string()
 
 
 def start(conn: Connection, jobs: Sequence[Leased], elapsed: Sequence[float]) -> Deferred[set[int]]:

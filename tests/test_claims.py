@@ -168,8 +168,8 @@ def test_claim_uses_the_partial_pending_index(conn):
     conn.execute("UPDATE jobs SET status = 'done' WHERE id % 10 <> 0")
     conn.execute("ANALYZE jobs")
     plan = conn.execute(
-        "EXPLAIN " + claims.queries.JOB_CLAIM,
-        {"queues": ["q3"], "worker_id": "w", "limit": 10, "lock_base": LOCK_BASE},
+        "EXPLAIN " + claims.claim_statement(10),
+        {"queues": ["q3"], "worker_id": "w", "lock_base": LOCK_BASE},
     ).fetchall()
     text = "\n".join(row[0] for row in plan)
     assert "jobs_pending_claim_idx" in text, text

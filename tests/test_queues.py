@@ -160,8 +160,8 @@ def test_the_claim_checks_each_queue_once_and_still_walks_the_pending_index(conn
     conn.execute("ANALYZE jobq_queues")
     with conn.transaction(force_rollback=True):
         (plan,) = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.JOB_CLAIM,
-            {"queues": ["q9", "q19", "q3"], "worker_id": "w", "limit": 10, "lock_base": LOCK_BASE},
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + claims.claim_statement(10),
+            {"queues": ["q9", "q19", "q3"], "worker_id": "w", "lock_base": LOCK_BASE},
         ).fetchone()[0]
     nodes = list(walk(plan["Plan"]))
     probes = [n for n in nodes if n.get("Relation Name") == "jobq_queues"]
