@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -24,10 +25,13 @@ import psycopg
 import jobq
 from common import database, emit, environment, migrated, percentiles, reset, save_figure
 import stack
-from jobq import claims, locks
+from jobq import claims, locks, partitions, queries
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
-# Synthetic history: finished noop jobs spread over the last week.
+# Synthetic history: finished noop jobs spread over the last week (5 M rows, 100 ms apart),
+# each day in its partition as a leader with the default JOBQ_PARTITION_INTERVAL makes them.
+HISTORY_DAYS = 6
+DAY = 86_400.0
 FILL_FINISHED = (
     "INSERT INTO jobs (type, payload, status, run_at, claimed_at, started_at, completed_at, created_at, "
     "result, attempt, lease, worker_id) "
@@ -60,6 +64,14 @@ def fill_finished(conn: psycopg.Connection, n: int) -> None:
         conn.execute(FILL_FINISHED, {"n": min(CHUNK, n - start)})
 
 
+def history_partitions(url: str) -> None:
+    """Daily partitions of finished jobs from HISTORY_DAYS ago to the days ahead."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+        for days in range(HISTORY_DAYS, -1, -1):
+            partitions.make_ahead(conn, DAY, now - timedelta(days=days))
+
+
 def fill(url: str, finished: int, backlog: int, have: int) -> None:
     """Bring the history to ``finished`` rows (reusing what is there) and add a backlog."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -69,6 +81,7 @@ def fill(url: str, finished: int, backlog: int, have: int) -> None:
         for _ in range(0, backlog, CHUNK):
             conn.execute(FILL_PENDING, {"n": min(CHUNK, backlog)})
         conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("CHECKPOINT")  # the fill's writes flushed before anything is timed
 
 
 def claim_latency(url: str, n: int) -> dict:
@@ -132,6 +145,7 @@ def main() -> None:
     with database(args.database_url) as url:
         migrated(url)
         reset(url)
+        history_partitions(url)
         have = 0
         for name, finished, backlog in SCENARIOS:
             finished, backlog = int(finished * args.scale), int(backlog * args.scale)
