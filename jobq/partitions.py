@@ -15,13 +15,16 @@ partition's rows off the depth counters and lets go of their 'always' keys.
 
 Each change runs in its own short transaction under a lock timeout: DDL on
 ``jobs_finished`` waits for the completions that hold it and they wait behind it, so
-a wait is cut short and the change is tried again next pass.
+a wait is cut short and the change is tried again next pass. A drop's wait for
+``jobs_finished`` itself is the one completions queue behind (a reader of the whole
+table holds it: a listing, a report): it is taken last, 50 ms at a time.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -35,6 +38,11 @@ log = logging.getLogger(__name__)
 
 AHEAD = 2  # partitions made beyond the current one
 LOCK_TIMEOUT_MS = 500
+# A drop's wait for jobs_finished itself, which every completion writes through: the
+# completions queue behind that wait, so it is short, and tried a few times.
+PARENT_LOCK_TIMEOUT_MS = 50
+PARENT_LOCK_TRIES = 3
+PARENT_LOCK_PAUSE = 0.05  # seconds between two tries: the completions that queued go through
 PREFIX = "jobs_finished_"
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -118,6 +126,7 @@ def drop_before(conn: Connection, cutoff: datetime) -> int:
                 conn.execute(sql.SQL(queries.FINISHED_PARTITION_LOCK).format(leaf=leaf))
                 (rows,) = conn.execute(sql.SQL(queries.FINISHED_PARTITION_UNCOUNT).format(leaf=leaf)).fetchone()  # type: ignore[misc]
                 conn.execute(sql.SQL(queries.FINISHED_PARTITION_FORGET_KEYS).format(leaf=leaf))
+                _lock_parent(conn)
                 conn.execute(sql.SQL(queries.FINISHED_PARTITION_DETACH).format(leaf=leaf))
                 conn.execute(sql.SQL(queries.FINISHED_PARTITION_DROP).format(leaf=leaf))
         except psycopg.errors.LockNotAvailable:
@@ -126,6 +135,25 @@ def drop_before(conn: Connection, cutoff: datetime) -> int:
         log.info("partitions.dropped partition=%s jobs=%s before=%s", partition.name, rows, partition.hi.isoformat())
         dropped += rows
     return dropped
+
+
+def _lock_parent(conn: Connection) -> None:
+    """Take jobs_finished for the DETACH that follows (ACCESS EXCLUSIVE), waiting at most
+    PARENT_LOCK_TIMEOUT_MS at a time for its readers, PARENT_LOCK_TRIES times, each try
+    in a savepoint: the completions that queue behind a wait go through in the pause.
+    The DETACH then waits for the partition and the default partition under the same
+    short timeout (their only other users are autovacuum and direct readers; a reader
+    of jobs holds jobs_finished first, so it is gone). Raises LockNotAvailable."""
+    conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(PARENT_LOCK_TIMEOUT_MS)})
+    for attempt in range(PARENT_LOCK_TRIES):
+        try:
+            with conn.transaction():
+                conn.execute(queries.FINISHED_PARENT_LOCK)
+            return
+        except psycopg.errors.LockNotAvailable:
+            if attempt == PARENT_LOCK_TRIES - 1:
+                raise
+            time.sleep(PARENT_LOCK_PAUSE)
 
 
 def oldest_start(conn: Connection) -> datetime | None:

@@ -1,4 +1,5 @@
 import threading
+import time
 from datetime import timedelta
 
 import psycopg
@@ -112,6 +113,41 @@ def test_a_partition_keeps_its_jobs_until_all_of_it_is_past_the_retention(no_par
     conn.execute("UPDATE jobs SET completed_at = greatest(now() - interval '1 minute', date_trunc('day', now()))")
     assert prune(conn, older_than=30) == 0
     assert jobq.counts(conn=conn).depth["done"] == 1
+
+
+def test_a_drop_waits_for_a_reader_of_jobs_in_short_tries_and_completions_go_through_meanwhile(
+        no_partitions, database_url):
+    """A reader of the whole table (a listing, a report) holds jobs_finished, which the
+    DETACH of a partition takes in ACCESS EXCLUSIVE mode, and every completion queues
+    behind that wait. The drop waits PARENT_LOCK_TIMEOUT_MS at a time, a few times, then
+    leaves the partition to the next pass: a completion sent while it waits goes
+    through after one short wait, not after the 500 ms of a whole lock timeout."""
+    conn = no_partitions
+    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    partitions.make_ahead(conn, 3600, now - timedelta(hours=3))
+    jobq.enqueue("noop", conn=conn)
+    drain(conn)
+    conn.execute("UPDATE jobs SET completed_at = now() - interval '150 minutes'")  # into the oldest partition
+    oldest = partitions.listed(conn)[0].name
+    jobq.enqueue("noop", conn=conn)
+    (claimed,) = claim(conn)
+    with psycopg.connect(database_url) as reader, psycopg.connect(database_url, autocommit=True) as dropper:
+        reader.execute("SELECT count(*) FROM jobs")  # its open transaction holds every partition
+        dropped: list[int] = []
+        thread = threading.Thread(target=lambda: dropped.append(partitions.drop_before(dropper, now)))
+        thread.start()
+        waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+        deadline = time.monotonic() + 5
+        while not conn.execute(waiting, (dropper.info.backend_pid,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the drop never waited for the reader"
+        started = time.monotonic()
+        assert complete(conn, [claimed]) == set()
+        completion = time.monotonic() - started
+        thread.join(10)
+        assert dropped == [0] and oldest in partition_names(conn)  # left to the next pass
+        reader.rollback()
+        assert partitions.drop_before(dropper, now) == 1 and oldest not in partition_names(conn)
+    assert completion < 0.3, completion
 
 
 def test_a_write_that_meets_a_job_moved_meanwhile_fails_and_sent_again_is_a_stale_write(conn, database_url):
