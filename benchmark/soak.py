@@ -10,9 +10,10 @@ while `jobq worker` drains them and the maintenance leader retires finished jobs
 older than --retention seconds (dropping partitions --partition-interval seconds
 long, with schema 13's layout). Each sample period (a minute by default) reports the
 drain rate (completions counted by jobq's counters), enqueue -> start p50 / p99 of
-the jobs finished in it (database clock), the size on disk of `jobs` (all its
-partitions) and of its indexes, its dead tuples, the WAL written, the oldest open transaction's age, and
-the resident memory of the supervisor, its maintenance process and its largest
+the jobs finished in it (database clock; the p99 of its parts, waiting to be claimed
+and waiting in the claimed batch, and the slowest job's time and enqueue moment), the
+size on disk of `jobs` (all its partitions) and of its indexes, its dead tuples, the
+WAL written, the oldest open transaction's age, and the resident memory of the supervisor, its maintenance process and its largest
 worker, and the backlog (pending jobs). At the end the producer stops, the backlog
 drains (5 minutes at most), and every enqueued job must be counted done or still
 waiting.
@@ -47,8 +48,15 @@ WARM_UP_SAMPLES = 2  # memory is compared from the end of this sample on
 WINDOW = 5  # samples compared at the start and the end
 TOLERANCE = 0.10
 
+# Enqueue -> start p50 and p99 of the jobs finished in the period; the p99 of its two
+# parts, waiting to be claimed and waiting in the claimed batch; the slowest job's
+# enqueue -> start and when it was enqueued (to find its minute in the server's log).
 FINISHED_IN_PERIOD = (
-    "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)) "
+    "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), "
+    "percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at)), "
+    "percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - claimed_at)), "
+    "max(extract(epoch FROM started_at - created_at)), "
+    "(array_agg(created_at ORDER BY started_at - created_at DESC))[1] "
     "FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s)"
 )
 # Summed over the tables that hold rows: jobs itself before schema 13, its partitions
@@ -120,7 +128,8 @@ def memory(conn: psycopg.Connection, supervisor: int) -> dict[str, float]:
 def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_before: int, supervisor: int) -> dict:
     counts = jobq.counts(conn=conn)
     done = counts.totals.get("done_total", 0)
-    p50, p99 = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()[0] or (math.nan, math.nan)
+    latencies, to_claim, in_batch, slowest, slowest_at = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()
+    p50, p99 = latencies or (math.nan, math.nan)
     table, indexes, dead, wal, oldest = conn.execute(TABLE_STATE).fetchone()
     return {
         "done_total": done,
@@ -128,6 +137,10 @@ def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_befor
         "backlog": counts.depth["pending"],
         "p50_ms": round(p50 * 1000, 1),
         "p99_ms": round(p99 * 1000, 1),
+        "p99_to_claim_ms": round((to_claim or math.nan) * 1000, 1),
+        "p99_in_batch_ms": round((in_batch or math.nan) * 1000, 1),
+        "slowest_ms": round((slowest or math.nan) * 1000, 1),
+        "slowest_enqueued_at": slowest_at.isoformat() if slowest_at else None,
         "table_mb": round(table / 2**20, 1),
         "indexes_mb": round(indexes / 2**20, 1),
         "dead_tuples": dead or 0,
@@ -215,8 +228,8 @@ def soak(url: str, args: argparse.Namespace) -> dict:
 
 
 HEADER = (
-    "| sample | drain/s | backlog | p50 ms | p99 ms | table MB | indexes MB | dead tuples | WAL MB | oldest xact s "
-    "| RSS MB (supervisor / maintenance / worker max) |\n|" + "---|" * 11
+    "| sample | drain/s | backlog | p50 ms | p99 ms | p99 to claim / in batch ms | table MB | indexes MB "
+    "| dead tuples | WAL MB | oldest xact s | RSS MB (supervisor / maintenance / worker max) |\n|" + "---|" * 12
 )
 
 
@@ -224,7 +237,7 @@ def row(index: int, s: dict) -> str:
     rss = s["rss_mb"]
     return (
         f"| {index} | {s['drain_per_s']:,} | {s['backlog']:,} | {s['p50_ms']} | {s['p99_ms']} "
-        f"| {s['table_mb']} | {s['indexes_mb']} "
+        f"| {s['p99_to_claim_ms']} / {s['p99_in_batch_ms']} | {s['table_mb']} | {s['indexes_mb']} "
         f"| {s['dead_tuples']:,} | {s['wal_mb']} | {s['oldest_xact_s']} "
         f"| {rss['supervisor']} / {rss['maintenance']} / {rss['worker_max']} |"
     )
