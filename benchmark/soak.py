@@ -139,7 +139,7 @@ def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_befor
         "p99_ms": round(p99 * 1000, 1),
         "p99_to_claim_ms": round((to_claim or math.nan) * 1000, 1),
         "p99_in_batch_ms": round((in_batch or math.nan) * 1000, 1),
-        "slowest_ms": round((slowest or math.nan) * 1000, 1),
+        "slowest_ms": round(float(slowest or math.nan) * 1000, 1),
         "slowest_enqueued_at": slowest_at.isoformat() if slowest_at else None,
         "table_mb": round(table / 2**20, 1),
         "indexes_mb": round(indexes / 2**20, 1),
