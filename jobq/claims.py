@@ -142,8 +142,6 @@ def claim(
 def claim_statement(limit: int) -> str:
     """JOB_CLAIM for claims of up to ``limit`` jobs: one statement (and one prepared
     plan) per claim size; a worker's sizes are the powers of two up to its cap."""
-    if limit < 1:
-        raise ValueError(f"a claim takes at least one job, not {limit}")
     return sql.SQL(queries.JOB_CLAIM).format(limit=sql.Literal(limit)).as_string()
 
 
