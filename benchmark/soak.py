@@ -13,8 +13,8 @@ drain rate (completions counted by jobq's counters), enqueue -> start p50 / p99 
 the jobs finished in it (database clock; the p99 of its parts, waiting to be claimed
 and waiting in the claimed batch, and the slowest job's time and enqueue moment), the
 size on disk of `jobs` (all its partitions) and of its indexes, its dead tuples, the
-WAL written, the oldest open transaction's age, and the resident memory of the supervisor, its maintenance process and its largest
-worker, and the backlog (pending jobs). At the end the producer stops, the backlog
+WAL written, the oldest open transaction's age, the resident memory of the supervisor,
+its maintenance process and its largest worker, and the backlog (pending jobs). At the end the producer stops, the backlog
 drains (5 minutes at most), and every enqueued job must be counted done or still
 waiting.
 

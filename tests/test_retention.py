@@ -8,6 +8,7 @@ import pytest
 import jobq
 from jobq import claims, partitions, queries
 from jobq.retention import prune, prune_dead_letters
+from daemon import scalar, wait_for
 from support import LOCK_BASE, claim, complete, drain, run_cli
 
 pytestmark = pytest.mark.db
@@ -137,9 +138,9 @@ def test_a_drop_waits_for_a_reader_of_jobs_in_short_tries_and_completions_go_thr
         thread = threading.Thread(target=lambda: dropped.append(partitions.drop_before(dropper, now)))
         thread.start()
         waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
-        deadline = time.monotonic() + 5
-        while not conn.execute(waiting, (dropper.info.backend_pid,)).fetchone()[0]:
-            assert time.monotonic() < deadline, "the drop never waited for the reader"
+        # polled more often than the drop's tries last (PARENT_LOCK_TIMEOUT_MS)
+        wait_for(lambda: scalar(conn, waiting, dropper.info.backend_pid), 5, "the drop waiting for the reader",
+                 interval=0.005)
         started = time.monotonic()
         assert complete(conn, [claimed]) == set()
         completion = time.monotonic() - started
