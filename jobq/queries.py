@@ -899,6 +899,14 @@ FINISHED_PARTITION_DROP = "DROP TABLE {leaf}"
 # minute, its vacuum of jobs_live was cancelled four times in 16 minutes.
 JOBS_ANALYZE = "ANALYZE (SKIP_LOCKED) jobs"
 
+# JOBS_ANALYSIS_DUE: whether the partitioned table was never analysed (as far as the
+# statistics collector knows: a crash forgets it) or last analysed over %(every)s
+# seconds ago.
+JOBS_ANALYSIS_DUE = (
+    "SELECT coalesce(max(last_analyze) < now() - make_interval(secs => %(every)s), true) "
+    "FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass"
+)
+
 # ---------------------------------------------------------------------------------------
 # The planner's statistics (jobq.planning)
 

@@ -71,6 +71,24 @@ def test_partitions_are_made_ahead_each_from_where_the_last_ends(no_partitions):
     assert where == made[0].name  # a job finishing now goes to the partition of the hour
 
 
+def test_the_leader_analyses_the_partitioned_table_after_making_partitions_at_most_once_an_hour(
+    no_partitions, monkeypatch
+):
+    conn = no_partitions
+
+    def analyses() -> int:
+        return scalar(conn, "SELECT analyze_count FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass")
+
+    before = analyses()
+    monkeypatch.setattr(partitions, "ANALYSE_EVERY", 0.0)  # any analysis is old enough
+    assert partitions.maintain(conn, 3600) == partitions.AHEAD + 1
+    assert analyses() == before + 1
+    partitions.drop_before(conn, partitions.listed(conn)[-1].hi)
+    monkeypatch.setattr(partitions, "ANALYSE_EVERY", 3600.0)
+    assert partitions.maintain(conn, 3600) == partitions.AHEAD + 1  # made again...
+    assert analyses() == before + 1  # ...but the table was analysed a moment ago
+
+
 def test_a_partition_starts_after_the_jobs_that_finished_into_the_default_partition(no_partitions):
     conn = no_partitions
     jobq.enqueue("noop", conn=conn)
