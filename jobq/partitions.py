@@ -44,13 +44,13 @@ PARENT_LOCK_TIMEOUT_MS = 50
 PARENT_LOCK_TRIES = 3
 PARENT_LOCK_PAUSE = 0.05  # seconds between two tries: the completions that queued go through
 PREFIX = "jobs_finished_"
-# The partitioned table's analysis after partitions were made is skipped while its last
-# one is younger than this (seconds). The analysis samples every partition, the
-# parent's own sample in one transaction: a second or more of a core while it runs (1.0
-# to 2.9 s in the soak of 4 December, 13:00 UTC). Made once a minute (a soak's interval)
-# it stalled the claims each minute on a 2-core machine; with day-long partitions it
-# runs once a day as before. The parent's statistics change slowly (each partition is
-# planned from its own, which autovacuum keeps).
+# The partitioned table is analysed after partitions were made or dropped only if its
+# last analysis is this old (seconds). The analysis samples every partition, the
+# parent's own sample in one transaction: 1.0 to 2.9 s of a core each time in the soak
+# of 4 December, 13:00 UTC, where partitions of a minute had it run every minute and
+# stall the claims on a 2-core machine. With partitions of a day it runs once a day, as
+# before; the parent's statistics change slowly (each partition is planned from its own,
+# which autovacuum keeps).
 ANALYSE_EVERY = 3600.0
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -171,21 +171,25 @@ def oldest_start(conn: Connection) -> datetime | None:
     return partitions[0].lo if partitions else None
 
 
-def analyse(conn: Connection) -> None:
-    """ANALYZE the partitioned table (autovacuum analyses each partition, never it)."""
+def analyse_if_due(conn: Connection) -> bool:
+    """ANALYZE the partitioned table (autovacuum analyses each partition, never it),
+    unless its last analysis is younger than ANALYSE_EVERY; whether it did."""
+    if not conn.execute(queries.JOBS_ANALYSIS_DUE, {"every": ANALYSE_EVERY}).fetchone()[0]:  # type: ignore[index]
+        return False
     conn.execute(queries.JOBS_ANALYZE)
+    return True
 
 
 def maintain(conn: Connection, interval: float) -> int:
     """The leader's pass: make what is missing ahead of now, and analyse the table after
-    a change of its partitions if its last analysis is ANALYSE_EVERY old (see there).
-    Returns how many partitions were made."""
+    a change of its partitions (:func:`analyse_if_due`). Returns how many partitions
+    were made."""
     (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
     try:
         made = make_ahead(conn, interval, now)
     except psycopg.errors.LockNotAvailable:
         log.info("partitions.busy: a lock was not had in time, tried again next pass")
         made = []
-    if made and conn.execute(queries.JOBS_ANALYSIS_DUE, {"every": ANALYSE_EVERY}).fetchone()[0]:  # type: ignore[index]
-        analyse(conn)
+    if made:
+        analyse_if_due(conn)
     return len(made)

@@ -34,7 +34,7 @@ def prune(conn: Connection, older_than: float, *, batch: int = BATCH, budget: fl
     (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
     dropped = partitions.drop_before(conn, now - timedelta(seconds=older_than))
     if dropped:
-        partitions.analyse(conn)
+        partitions.analyse_if_due(conn)
     params = {"older_than": older_than, "below": partitions.oldest_start(conn)}
     deleted = _in_batches(conn, queries.JOB_DELETE_FINISHED_BEFORE, params, batch, budget)
     if dropped or deleted:
