@@ -70,9 +70,11 @@ SLOWEST_IN_PERIOD = (
     "FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s) "
     "ORDER BY started_at - created_at DESC LIMIT 1"
 )
-# The sample's percentiles sort a minute of jobs (360,000 at 6,000/s): in memory, not
-# spilled to disk, so that measuring takes less from the machine being measured.
-SAMPLER_WORK_MEM = "SET work_mem = '64MB'"
+# The sample's queries read a minute of jobs (360,000 at 6,000/s): sorted in memory,
+# not spilled to disk, and by one process, so that measuring takes less from the
+# machine being measured (with parallel workers, the slowest job's scan took both
+# cores for a third of a second each minute).
+SAMPLER_SETTINGS = ("SET work_mem = '64MB'", "SET max_parallel_workers_per_gather = 0")
 # Summed over the tables that hold rows: jobs itself before schema 13, its partitions
 # after (pg_partition_tree lists a plain table as its own only leaf).
 TABLE_STATE = (
@@ -205,7 +207,8 @@ def soak(url: str, args: argparse.Namespace) -> dict:
            "JOBQ_PARTITION_INTERVAL": str(args.partition_interval)}
     samples: list[dict] = []
     with psycopg.connect(url, autocommit=True) as conn, stack.workers(url, args.workers, env=env) as supervisor:
-        conn.execute(SAMPLER_WORK_MEM)
+        for setting in SAMPLER_SETTINGS:
+            conn.execute(setting)
         time.sleep(2)  # booted
         producer = Producer(url, rate)
         wal = conn.execute(TABLE_STATE).fetchone()[3]

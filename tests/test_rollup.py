@@ -75,6 +75,25 @@ def marker(conn, minute: datetime) -> None:
     )
 
 
+def test_percentiles_of_a_busy_minute_are_taken_over_every_kth_job_and_the_counts_stay_exact(conn, monkeypatch):
+    monkeypatch.setattr(rollup, "PERCENTILE_SAMPLE", 2)
+    minute = floor(db_now(conn)) - 3 * MINUTE
+    finish(conn, "done", minute, 10, n=5)  # 5 done: the next minute samples every 3rd
+    rollup.take(conn, now=minute + MINUTE + timedelta(seconds=10))
+    busy = minute + MINUTE
+    finish(conn, "done", busy, 10, run=1.0, n=9)
+    conn.execute(  # the sampled jobs ran 100 s, the others 1 s
+        "UPDATE jobs SET started_at = completed_at - interval '100 s' "
+        "WHERE id %% 3 = 0 AND completed_at >= %s AND completed_at < %s", (busy, busy + MINUTE),
+    )
+    finish(conn, "done", busy, 20, run=7.0, queue="b")  # a queue new in the minute: exact
+    rollup.take(conn, now=busy + MINUTE + timedelta(seconds=10))
+    a, b = rows(conn)[(busy, "a")], rows(conn)[(busy, "b")]
+    assert (a["completed"], a["run_p50"], a["run_p99"]) == (9, pytest.approx(100.0), pytest.approx(100.0))
+    assert (b["completed"], b["run_p50"]) == (1, pytest.approx(7.0))
+    assert rows(conn)[(busy, "")]["completed"] == 10
+
+
 def test_a_minute_is_rolled_up_from_its_finished_jobs_its_samples_and_the_depth(conn):
     minute = floor(db_now(conn)) - 3 * MINUTE
     for i, run in enumerate([1.0, 2.0, 3.0, 4.0]):
