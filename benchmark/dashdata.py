@@ -92,7 +92,7 @@ def main() -> None:
             catch_up = timed(take_catch_up, args.rounds)
             plan = "\n".join(r[0] for r in conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS) " + queries.JOB_FINISHED_BY_MINUTE,
-                {"start": minute, "end": minute + rollup.MINUTE, "every_all": 1, "queues": [], "every": []}))
+                {"start": minute, "end": minute + rollup.MINUTE}))
 
             depth = int(rows * 0.9)
             created_at, row_id = conn.execute(

@@ -759,31 +759,38 @@ MINUTE_GET_LAST = "SELECT max(minute) FROM jobq_minutes WHERE queue = ''"
 # JOB_FINISHED_BY_MINUTE: what finished in [%(start)s, %(end)s) per whole minute (UTC),
 # per queue and for all queues together (queue ''): jobs done, dead and cancelled, and
 # the p50/p95/p99 of run time (started -> completed) and start latency (run_at ->
-# started) of the jobs done, taken over every k-th job by id: k is %(every)s's entry
-# for the queue (1 for a queue not in %(queues)s), %(every_all)s for all queues. The
-# last four columns are the percentiles of all queues' sample, read on the '' rows
-# only. One range of jobs_completed_idx: the minutes' rows only, whatever the size of
-# the table; what is sorted is the sample.
+# started) of the jobs done: twice, the second pair to be read on the '' rows. One
+# range of jobs_completed_idx: the minutes' rows only, whatever the size of the table.
+# JOB_FINISHED_BY_MINUTE_SAMPLED: the same, each percentile taken over every k-th job
+# by id: k is %(every)s's entry for the queue (1 for a queue not in %(queues)s) in the
+# first pair, %(every_all)s in the second; what is sorted is the sample. In the exact
+# form both pairs are the same aggregates, which PostgreSQL computes once.
 _ROLLUP_RUN = "greatest(extract(epoch FROM completed_at - started_at), 0)::float8"
 _ROLLUP_LATENCY = "greatest(extract(epoch FROM started_at - run_at), 0)::float8"
-_ROLLUP_QUEUE_SAMPLE = (
-    "status = 'done' AND id %% coalesce((%(every)s::bigint[])[array_position(%(queues)s::text[], queue)], 1) = 0"
-)
-_ROLLUP_ALL_SAMPLE = "status = 'done' AND id %% %(every_all)s = 0"
-JOB_FINISHED_BY_MINUTE = (
-    "SELECT date_trunc('minute', completed_at, 'UTC') AS minute, "
-    "CASE WHEN GROUPING(queue) = 1 THEN '' ELSE queue END, "
-    "count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'dead'), "
-    "count(*) FILTER (WHERE status = 'cancelled'), "
-    + ", ".join(
-        f"percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY {value}) FILTER (WHERE {sample})"
-        for sample in (_ROLLUP_QUEUE_SAMPLE, _ROLLUP_ALL_SAMPLE)
-        for value in (_ROLLUP_RUN, _ROLLUP_LATENCY)
+
+
+def _finished_by_minute(queue_sample: str, all_sample: str) -> str:
+    return (
+        "SELECT date_trunc('minute', completed_at, 'UTC') AS minute, "
+        "CASE WHEN GROUPING(queue) = 1 THEN '' ELSE queue END, "
+        "count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'dead'), "
+        "count(*) FILTER (WHERE status = 'cancelled'), "
+        + ", ".join(
+            f"percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY {value}) FILTER (WHERE {sample})"
+            for sample in (queue_sample, all_sample)
+            for value in (_ROLLUP_RUN, _ROLLUP_LATENCY)
+        )
+        + " FROM jobs WHERE completed_at >= %(start)s AND completed_at < %(end)s "
+        "AND status IN ('done', 'dead', 'cancelled') "
+        "GROUP BY GROUPING SETS ((date_trunc('minute', completed_at, 'UTC'), queue), "
+        "(date_trunc('minute', completed_at, 'UTC')))"
     )
-    + " FROM jobs WHERE completed_at >= %(start)s AND completed_at < %(end)s "
-    "AND status IN ('done', 'dead', 'cancelled') "
-    "GROUP BY GROUPING SETS ((date_trunc('minute', completed_at, 'UTC'), queue), "
-    "(date_trunc('minute', completed_at, 'UTC')))"
+
+
+JOB_FINISHED_BY_MINUTE = _finished_by_minute("status = 'done'", "status = 'done'")
+JOB_FINISHED_BY_MINUTE_SAMPLED = _finished_by_minute(
+    "status = 'done' AND id %% coalesce((%(every)s::bigint[])[array_position(%(queues)s::text[], queue)], 1) = 0",
+    "status = 'done' AND id %% %(every_all)s = 0",
 )
 
 # MINUTE_COMPLETED_AT: the jobs done per queue ('' for all) in a minute rolled up.

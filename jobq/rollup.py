@@ -107,13 +107,16 @@ def take(conn: Connection, *, now: datetime | None = None) -> int:
         return 0
     minutes = [first + i * MINUTE for i in range(min(MINUTES_PER_PASS, (newest - first) // MINUTE + 1))]
     every = _sampling(conn, last)
+    every_all = every.pop(ALL, 1)
     window = {
-        "start": minutes[0], "end": minutes[-1] + MINUTE, "every_all": every.pop(ALL, 1),
+        "start": minutes[0], "end": minutes[-1] + MINUTE, "every_all": every_all,
         "queues": list(every), "every": list(every.values()),
     }
+    sampled = every_all > 1 or bool(every)
+    statement = queries.JOB_FINISHED_BY_MINUTE_SAMPLED if sampled else queries.JOB_FINISHED_BY_MINUTE
     finished: dict[tuple[datetime, str], tuple[Any, ...]] = {}
     for minute, queue, done, dead, cancelled, runs, latencies, runs_all, latencies_all in conn.execute(
-        queries.JOB_FINISHED_BY_MINUTE, window
+        statement, window
     ):
         finished[minute, queue] = (done, dead, cancelled, *((runs_all, latencies_all) if queue == ALL else (runs, latencies)))
     failed = {
