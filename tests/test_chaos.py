@@ -304,8 +304,17 @@ def test_connections_exhausted_for_10_seconds(own_postgres, daemon):
         d = daemon(2, url=url)
         wait_for(lambda: jobq.counts(conn=conn).depth["done"] >= 50, 30, "jobs flowing")
         hogs = take_every_connection(url)
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'")
+        # Stopped while their sessions end and the slots are taken: else a process that
+        # notices at once reconnects into a freed slot before the hogs take it.
+        processes = [d.pid, *worker_pids_of_session(d.pid)]
+        for pid in processes:
+            os.kill(pid, signal.SIGSTOP)
+        conn.execute(  # waiting (up to 5 s) for each session to end: its slot free
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'"
+        )
         hogs += take_every_connection(url)  # the slots jobq's sessions had: now nobody can reconnect
+        for pid in processes:
+            os.kill(pid, signal.SIGCONT)
         time.sleep(10)
         for hog in hogs:
             hog.close()
