@@ -19,8 +19,9 @@ worker, and the backlog (pending jobs). Samples are taken on a fixed schedule. A
 end the producer stops, the backlog drains (5 minutes at most), and every enqueued
 job must be counted done or still waiting.
 
-What must hold (printed at the end): drain rate and p99 over the last 5 samples
-within 10 % of the first 5; `jobs` (table and indexes) not growing after the first
+What must hold (printed at the end): drain rate (the mean of the samples) and p99
+(of all the jobs of the samples together) over the last 5 samples within 10 % of
+the first 5; `jobs` (table and indexes) not growing after the first
 retention cycle; each process's memory flat after warm-up; nothing lost.
 
 Without --database-url an embedded PostgreSQL 16 (default settings, fsync on) is
@@ -34,6 +35,7 @@ import math
 import statistics
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import psycopg
@@ -57,11 +59,19 @@ TOLERANCE = 0.10
 # ran: the measurement was the largest disturbance of what it measured. A tenth of
 # the jobs still puts 360 of them above the minute's p99.
 SAMPLE_EVERY = 10
+# Enqueue -> start is also kept as a histogram (milliseconds to HISTOGRAM_DIGITS
+# decimals, and how many jobs took each), so that the percentiles of several minutes
+# together are those of all their jobs, not an average of each minute's.
+HISTOGRAM_DIGITS = 1
 FINISHED_IN_PERIOD = (
-    "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), "
-    "percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at)), "
-    "percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - claimed_at)) "
-    f"FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s) AND id %% {SAMPLE_EVERY} = 0"
+    "WITH s AS MATERIALIZED (SELECT extract(epoch FROM started_at - created_at)::float8 AS total, "
+    "extract(epoch FROM claimed_at - created_at)::float8 AS to_claim, "
+    "extract(epoch FROM started_at - claimed_at)::float8 AS in_batch "
+    f"FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s) AND id %% {SAMPLE_EVERY} = 0) "
+    "SELECT (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY to_claim) FROM s), "
+    "(SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY in_batch) FROM s), "
+    "(SELECT array_agg(ARRAY[ms, n] ORDER BY ms) FROM "
+    f" (SELECT round(total::numeric * 1000, {HISTOGRAM_DIGITS})::float8 AS ms, count(*)::float8 AS n FROM s GROUP BY 1) AS h)"
 )
 # The slowest job of the period (of all of them): its enqueue -> start, its id, when it was enqueued and claimed
 # (to find its moment in the server's log), its attempt and the worker that ran it.
@@ -144,16 +154,17 @@ def memory(conn: psycopg.Connection, supervisor: int) -> dict[str, float]:
 def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_before: int, supervisor: int) -> dict:
     counts = jobq.counts(conn=conn)
     done = counts.totals.get("done_total", 0)
-    latencies, to_claim, in_batch = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()
+    to_claim, in_batch, histogram = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()
+    histogram = [(ms, int(n)) for ms, n in histogram or []]
     slowest = conn.execute(SLOWEST_IN_PERIOD, (seconds,)).fetchone() or (math.nan, None, None, None, None, None)
-    p50, p99 = latencies or (math.nan, math.nan)
     table, indexes, dead, wal, oldest = conn.execute(TABLE_STATE).fetchone()
     return {
         "done_total": done,
         "drain_per_s": round((done - done_before) / seconds),
         "backlog": counts.depth["pending"],
-        "p50_ms": round(p50 * 1000, 1),
-        "p99_ms": round(p99 * 1000, 1),
+        "p50_ms": percentile(histogram, 0.5),
+        "p99_ms": percentile(histogram, 0.99),
+        "latency_histogram_ms": histogram,
         "p99_to_claim_ms": round((to_claim or math.nan) * 1000, 1),
         "p99_in_batch_ms": round((in_batch or math.nan) * 1000, 1),
         "slowest": {
@@ -171,6 +182,25 @@ def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_befor
     }
 
 
+def percentile(histogram: list[tuple[float, int]], q: float) -> float:
+    """The ``q`` quantile (nearest rank) of a histogram of (milliseconds, jobs) in order."""
+    rank = math.ceil(q * sum(n for _, n in histogram))
+    seen = 0
+    for ms, n in histogram:
+        seen += n
+        if seen >= max(rank, 1):
+            return ms
+    return math.nan
+
+
+def pooled_p99(samples: list[dict]) -> float:
+    """The p99 of every job of ``samples`` together (their histograms merged)."""
+    merged: Counter[float] = Counter()
+    for s in samples:
+        merged.update(dict(s["latency_histogram_ms"]))
+    return percentile(sorted(merged.items()), 0.99)
+
+
 def in_queue(counts: Counts) -> int:
     """Jobs not finished yet: waiting, or in a worker's hands."""
     return sum(counts.depth[status] for status in ("pending", "claimed", "running"))
@@ -180,16 +210,19 @@ def verdict(samples: list[dict], retention_samples: int, lost: int) -> dict[str,
     """The soak's four conditions (see the module's docstring)."""
     first, last = samples[:WINDOW], samples[-WINDOW:]
 
-    def within(field: str) -> bool:
-        start, end = statistics.mean(s[field] for s in first), statistics.mean(s[field] for s in last)
+    def within(start: float, end: float) -> bool:
         return abs(end - start) <= TOLERANCE * start
+
+    def mean(field: str, window: list[dict]) -> float:
+        return statistics.mean(s[field] for s in window)
 
     size = [s["table_mb"] + s["indexes_mb"] for s in samples]
     settled = size[min(retention_samples, len(size) - 1)]  # after the first retention cycle
     warm = samples[min(WARM_UP_SAMPLES, len(samples) - 1)]["rss_mb"]
     return {
-        "drain rate flat": within("drain_per_s"),
-        "p99 flat": within("p99_ms"),
+        "drain rate flat": within(mean("drain_per_s", first), mean("drain_per_s", last)),
+        # p99 of the first five minutes' jobs against that of the last five's
+        "p99 flat": within(pooled_p99(first), pooled_p99(last)),
         "size bounded": max(size[min(retention_samples, len(size) - 1):]) <= (1 + TOLERANCE) * settled,
         "memory flat": all(samples[-1]["rss_mb"][name] <= (1 + TOLERANCE) * warm[name] for name in warm),
         "nothing lost": lost == 0,  # every job enqueued is done or still waiting its turn
@@ -249,6 +282,7 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         "done_total": finished,
         "still_waiting": waiting,  # a backlog the 5 minutes after the producer stopped did not drain
         "samples": samples,
+        "p99_first_last_ms": [pooled_p99(samples[:WINDOW]), pooled_p99(samples[-WINDOW:])],
         "holds": verdict(samples, retention_samples, enqueued - finished - waiting),
     }
 
@@ -323,6 +357,8 @@ def main() -> None:
         f"enqueued {result['enqueued_total']:,}, done {result['done_total']:,}, "
         f"still waiting {result['still_waiting']:,}"
     )
+    first, last = result["p99_first_last_ms"]
+    print(f"p99 of the first {WINDOW} samples' jobs {first} ms, of the last {WINDOW}' {last} ms")
     for condition, holds in result["holds"].items():
         print(f"{condition}: {'holds' if holds else 'DOES NOT HOLD'}")
 

@@ -95,6 +95,14 @@ def test_soak_samples_every_period_and_counts_every_job(tmp_path):
                  "--plot", str(tmp_path / "soak.png"))
     assert len(report["samples"]) == 3
     assert all(s["drain_per_s"] > 0 and s["p99_ms"] >= s["p50_ms"] > 0 for s in report["samples"])
+    # the histogram the percentiles come from: every tenth job of the period, in order
+    for s in report["samples"]:
+        histogram = s["latency_histogram_ms"]
+        assert sum(n for _, n in histogram) >= 0.1 * 500 * 4 * 0.5 and histogram == sorted(histogram)
+        assert histogram[0][0] <= s["p50_ms"] <= s["p99_ms"] <= histogram[-1][0]
+    # the three samples are both the first five and the last five: one pooled p99
+    first, last = report["p99_first_last_ms"]
+    assert first == last and min(s["p99_ms"] for s in report["samples"]) <= first <= max(s["p99_ms"] for s in report["samples"])
     assert all(s["rss_mb"]["worker_max"] > 0 and s["rss_mb"]["maintenance"] > 0 for s in report["samples"])
     assert report["enqueued_total"] == report["done_total"] == report["producer_sent"] > 0
     assert report["holds"]["nothing lost"] is True
