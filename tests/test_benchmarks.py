@@ -107,3 +107,9 @@ def test_soak_samples_every_period_and_counts_every_job(tmp_path):
     assert report["enqueued_total"] == report["done_total"] == report["producer_sent"] > 0
     assert report["holds"]["nothing lost"] is True
     assert (tmp_path / "soak.png").stat().st_size > 1000
+
+
+def test_claim_ab_takes_turns_between_two_checkouts():
+    report = run("claim_ab.py", str(BENCHMARK.parent), "--claims", "200", "--block", "50")
+    assert report["claims"] == 200 and report["this_p50_ms"] > 0 and report["other_p50_ms"] > 0
+    assert len(report["block_p50_difference_ms"]) == 4
