@@ -1,7 +1,7 @@
 """Sustained load with retention: does jobq stay flat for as long as it runs?
 
     python benchmark/soak.py --minutes 30 [--rate R] [--workers 2] [--retention 120]
-                             [--partition-interval 60] [--sample-seconds 60]
+                             [--partition-interval 60] [--sample-seconds 60] [--sample-percent 10]
                              [--database-url URL] [--plot FILE] [--json]
 
 A producer enqueues noop jobs at a steady rate (default: 70 % of the drain rate
@@ -10,12 +10,13 @@ while `jobq worker` drains them and the maintenance leader retires finished jobs
 older than --retention seconds (dropping partitions --partition-interval seconds
 long, with schema 13's layout). Each sample period (a minute by default) reports the
 drain rate (completions counted by jobq's counters), enqueue -> start p50 / p99 of
-the jobs finished in it (database clock, every tenth job by id; the p99 of its parts,
-waiting to be claimed and waiting in the claimed batch; and the slowest job of all,
-its time, id and enqueue moment), the size on disk of `jobs` (all its partitions) and
+the jobs finished in it (database clock, on a tenth of the table's pages; the p99 of
+its parts, waiting to be claimed and waiting in the claimed batch; and the slowest
+job found, its time, id and enqueue moment), the size on disk of `jobs` (all its partitions) and
 of its indexes, its dead tuples, the WAL written, the oldest open transaction's age,
 the resident memory of the supervisor, its maintenance process and its largest
-worker, and the backlog (pending jobs). Samples are taken on a fixed schedule. At the
+worker, and the backlog (pending jobs). Samples are taken on a fixed schedule, halfway
+between two partition boundaries. At the
 end the producer stops, the backlog drains (5 minutes at most), and every enqueued
 job must be counted done or still waiting.
 
@@ -51,34 +52,34 @@ WARM_UP_SAMPLES = 2  # memory is compared from the end of this sample on
 WINDOW = 5  # samples compared at the start and the end
 TOLERANCE = 0.10
 
-# Enqueue -> start p50 and p99 of the jobs finished in the period, and the p99 of its
-# two parts: waiting to be claimed and waiting in the claimed batch; over every
-# SAMPLE_EVERY-th job (by id). Sorting every job of the minute (360,000 at 6,000/s)
-# three times took 0.6-0.7 s of a core, and in the run of 13:40 UTC, 4 December, the
-# slowest job of 19 minutes in 30 was enqueued in the second or two the sample's queries
-# ran: the measurement was the largest disturbance of what it measured. A tenth of
-# the jobs still puts 360 of them above the minute's p99.
-SAMPLE_EVERY = 10
-# Enqueue -> start is also kept as a histogram (milliseconds to HISTOGRAM_DIGITS
-# decimals, and how many jobs took each), so that the percentiles of several minutes
-# together are those of all their jobs, not an average of each minute's.
+# Enqueue -> start of the jobs finished in the period, from a sample of them: the
+# pages of SAMPLE_PERCENT % of the table's pages (TABLESAMPLE SYSTEM; of the finished
+# partitions the period touches, with schema 13's layout), each job finished in the
+# period on them: so a job is in with that chance, and a page holds the jobs finished
+# within a few milliseconds of each other. From it: a histogram of enqueue -> start
+# (milliseconds to HISTOGRAM_DIGITS decimals, and how many jobs took each; the
+# percentiles of several samples together are those of all their jobs, not an
+# average of each sample's), the p99 of its two parts (waiting to be claimed, waiting
+# in the claimed batch), and the slowest job found (its id, enqueue and claim moments,
+# attempt and worker, to find its moment in the server's log). Reading every job of
+# the minute (360,000 at 6,000/s) took 0.6-1 s of a core a minute, and in the run of
+# 16:31 UTC, 4 December, the slowest job of 9 minutes in 30 was enqueued in the second
+# or two the sample's queries ran: the measurement was the largest disturbance of
+# what it measured. A tenth still puts 360 jobs a minute above its p99.
+SAMPLE_PERCENT = 10  # --sample-percent
 HISTOGRAM_DIGITS = 1
 FINISHED_IN_PERIOD = (
     "WITH s AS MATERIALIZED (SELECT extract(epoch FROM started_at - created_at)::float8 AS total, "
     "extract(epoch FROM claimed_at - created_at)::float8 AS to_claim, "
-    "extract(epoch FROM started_at - claimed_at)::float8 AS in_batch "
-    f"FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s) AND id %% {SAMPLE_EVERY} = 0) "
+    "extract(epoch FROM started_at - claimed_at)::float8 AS in_batch, id, created_at, claimed_at, attempt, worker_id "
+    "FROM jobs TABLESAMPLE SYSTEM (%s) "
+    "WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s)) "
     "SELECT (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY to_claim) FROM s), "
     "(SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY in_batch) FROM s), "
     "(SELECT array_agg(ARRAY[ms, n] ORDER BY ms) FROM "
-    f" (SELECT round(total::numeric * 1000, {HISTOGRAM_DIGITS})::float8 AS ms, count(*)::float8 AS n FROM s GROUP BY 1) AS h)"
-)
-# The slowest job of the period (of all of them): its enqueue -> start, its id, when it was enqueued and claimed
-# (to find its moment in the server's log), its attempt and the worker that ran it.
-SLOWEST_IN_PERIOD = (
-    "SELECT extract(epoch FROM started_at - created_at)::float8, id, created_at, claimed_at, attempt, worker_id "
-    "FROM jobs WHERE status = 'done' AND completed_at > now() - make_interval(secs => %s) "
-    "ORDER BY started_at - created_at DESC LIMIT 1"
+    f" (SELECT round(total::numeric * 1000, {HISTOGRAM_DIGITS})::float8 AS ms, count(*)::float8 AS n FROM s GROUP BY 1) AS h), "
+    "slowest.total, slowest.id, slowest.created_at, slowest.claimed_at, slowest.attempt, slowest.worker_id "
+    "FROM (SELECT * FROM s ORDER BY total DESC LIMIT 1) AS slowest"
 )
 # The sample's queries read a minute of jobs (360,000 at 6,000/s): sorted in memory,
 # not spilled to disk, and by one process, so that measuring takes less from the
@@ -151,12 +152,14 @@ def memory(conn: psycopg.Connection, supervisor: int) -> dict[str, float]:
     return sizes
 
 
-def sample(conn: psycopg.Connection, seconds: float, done_before: int, wal_before: int, supervisor: int) -> dict:
+def sample(
+    conn: psycopg.Connection, seconds: float, done_before: int, wal_before: int, supervisor: int, percent: float
+) -> dict:
     counts = jobq.counts(conn=conn)
     done = counts.totals.get("done_total", 0)
-    to_claim, in_batch, histogram = conn.execute(FINISHED_IN_PERIOD, (seconds,)).fetchone()
-    histogram = [(ms, int(n)) for ms, n in histogram or []]
-    slowest = conn.execute(SLOWEST_IN_PERIOD, (seconds,)).fetchone() or (math.nan, None, None, None, None, None)
+    finished = conn.execute(FINISHED_IN_PERIOD, (percent, seconds)).fetchone() or (None, None, [], math.nan) + (None,) * 5
+    to_claim, in_batch, histogram, *slowest = finished
+    histogram = [(ms, int(n)) for ms, n in histogram]
     table, indexes, dead, wal, oldest = conn.execute(TABLE_STATE).fetchone()
     return {
         "done_total": done,
@@ -243,6 +246,11 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         for setting in SAMPLER_SETTINGS:
             conn.execute(setting)
         time.sleep(2)  # booted
+        # Samples halfway between two partition boundaries (multiples of the interval
+        # since the epoch, where the leader makes and drops partitions), when the sample
+        # period is a multiple of the interval: each measurement away from that work.
+        interval = args.partition_interval
+        time.sleep((interval / 2 - time.time() % interval) % interval)
         producer = Producer(url, rate)
         wal = conn.execute(TABLE_STATE).fetchone()[3]
         done = 0
@@ -254,7 +262,7 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         started = time.monotonic()
         for index in range(1, int(args.minutes * 60 / args.sample_seconds + 0.5) + 1):
             time.sleep(max(started + index * args.sample_seconds - time.monotonic(), 0))
-            samples.append(sample(conn, args.sample_seconds, done, wal, supervisor.pid))
+            samples.append(sample(conn, args.sample_seconds, done, wal, supervisor.pid, args.sample_percent))
             done, wal = samples[-1]["done_total"], samples[-1]["wal_position"]
             if not args.json:
                 print(row(len(samples), samples[-1]), flush=True)
@@ -336,6 +344,8 @@ def main() -> None:
     parser.add_argument("--partition-interval", type=float, default=60,
                         help="JOBQ_PARTITION_INTERVAL of the workers, seconds (schema 13 and later)")
     parser.add_argument("--sample-seconds", type=float, default=60)
+    parser.add_argument("--sample-percent", type=float, default=SAMPLE_PERCENT,
+                        help="the share of the table's pages each sample reads for the latencies")
     parser.add_argument("--database-url")
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--json", action="store_true")
