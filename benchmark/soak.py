@@ -277,6 +277,9 @@ def soak(url: str, args: argparse.Namespace) -> dict:
     # A finished job goes once its whole partition is past the retention (schema 13).
     retention_samples = math.ceil((args.retention + args.partition_interval) / args.sample_seconds) + 1
     p99_first_last = [pooled_p99(samples[:WINDOW]), pooled_p99(samples[-WINDOW:])]
+    # Every WINDOW samples' p99 in turn: how far apart two windows of the same run are
+    # anyway, beside the first and last ones the verdict compares.
+    p99_windows = [pooled_p99(samples[at:at + WINDOW]) for at in range(0, max(len(samples) - WINDOW, 0) + 1, WINDOW)]
     return {
         "rate_per_s": round(rate),
         "measured_drain_per_s": measured,
@@ -291,6 +294,7 @@ def soak(url: str, args: argparse.Namespace) -> dict:
         "still_waiting": waiting,  # a backlog the 5 minutes after the producer stopped did not drain
         "samples": samples,
         "p99_first_last_ms": p99_first_last,
+        "p99_windows_ms": p99_windows,
         "holds": verdict(samples, p99_first_last, retention_samples, enqueued - finished - waiting),
     }
 
@@ -369,6 +373,7 @@ def main() -> None:
     )
     first, last = result["p99_first_last_ms"]
     print(f"p99 of the first {WINDOW} samples' jobs {first} ms, of the last {WINDOW}' {last} ms")
+    print(f"p99 of each {WINDOW} samples' jobs in turn: {', '.join(f'{p99:g}' for p99 in result['p99_windows_ms'])} ms")
     for condition, holds in result["holds"].items():
         print(f"{condition}: {'holds' if holds else 'DOES NOT HOLD'}")
 

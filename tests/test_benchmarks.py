@@ -103,6 +103,7 @@ def test_soak_samples_every_period_and_counts_every_job(tmp_path):
     # the three samples are both the first five and the last five: one pooled p99
     first, last = report["p99_first_last_ms"]
     assert first == last and min(s["p99_ms"] for s in report["samples"]) <= first <= max(s["p99_ms"] for s in report["samples"])
+    assert report["p99_windows_ms"] == [first]  # one window: the three samples
     assert all(s["rss_mb"]["worker_max"] > 0 and s["rss_mb"]["maintenance"] > 0 for s in report["samples"])
     assert report["enqueued_total"] == report["done_total"] == report["producer_sent"] > 0
     assert report["holds"]["nothing lost"] is True
