@@ -110,6 +110,16 @@ def test_soak_samples_every_period_and_counts_every_job(tmp_path):
     assert (tmp_path / "soak.png").stat().st_size > 1000
 
 
+def test_machine_speed_times_one_fixed_loop_again_and_again():
+    report = run("machine_speed.py", "--every", "0.2", "--minutes", "0.02")
+    loops = report["loops"]
+    assert len(loops) >= 3 and [loop["t"] for loop in loops] == sorted(loop["t"] for loop in loops)
+    # CPU time of the loop itself: positive, and never more than the wall time it took
+    assert all(0 < loop["cpu_ms"] <= loop["wall_ms"] + 1 for loop in loops)
+    assert report["minutes"] == [{"minute": 1, "cpu_ms": report["minutes"][0]["cpu_ms"]}]
+    assert min(loop["cpu_ms"] for loop in loops) <= report["minutes"][0]["cpu_ms"] <= max(loop["cpu_ms"] for loop in loops)
+
+
 def test_claim_ab_takes_turns_between_two_checkouts():
     report = run("claim_ab.py", str(BENCHMARK.parent), "--claims", "200", "--block", "50")
     assert report["claims"] == 200 and report["this_p50_ms"] > 0 and report["other_p50_ms"] > 0
