@@ -276,10 +276,11 @@ def soak(url: str, args: argparse.Namespace) -> dict:
     waiting = in_queue(final)
     # A finished job goes once its whole partition is past the retention (schema 13).
     retention_samples = math.ceil((args.retention + args.partition_interval) / args.sample_seconds) + 1
-    p99_first_last = [pooled_p99(samples[:WINDOW]), pooled_p99(samples[-WINDOW:])]
     # Every WINDOW samples' p99 in turn: how far apart two windows of the same run are
-    # anyway, beside the first and last ones the verdict compares.
+    # anyway, beside the first and last ones the verdict compares (the first is the
+    # first of these; the last, the last WINDOW samples whatever their count).
     p99_windows = [pooled_p99(samples[at:at + WINDOW]) for at in range(0, max(len(samples) - WINDOW, 0) + 1, WINDOW)]
+    p99_first_last = [p99_windows[0], pooled_p99(samples[-WINDOW:])]
     return {
         "rate_per_s": round(rate),
         "measured_drain_per_s": measured,
