@@ -38,7 +38,8 @@ def side(args: argparse.Namespace) -> None:
     import jobq
     import scale
     from common import migrated, reset
-    from jobq import claims, locks
+    from jobq.jobs import leases
+    from jobq.store import locks
     from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
     url = args.database_url
@@ -55,9 +56,9 @@ def side(args: argparse.Namespace) -> None:
             os.read(args.turn[0], 1)
             for _ in range(args.block):
                 started = time.perf_counter()
-                (got,) = claims.claim(conn, ["default"], worker_id="bench", limit=1, lock_base=base).result()
+                (got,) = leases.claim(conn, ["default"], worker_id="bench", limit=1, lock_base=base).result()
                 timings.append((time.perf_counter() - started) * 1000)
-                claims.complete(conn, [got], ['{"ok":true}'], [0.0], lock_base=base).result()
+                leases.complete(conn, [got], ['{"ok":true}'], [0.0], lock_base=base).result()
             os.write(args.turn[1], b".")
     print(" ".join(f"{t:.4f}" for t in timings))
 

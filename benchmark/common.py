@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psycopg
 
-from jobq.embedded import EmbeddedPostgres
-from jobq.migrate import migrate
+from jobq.store.embedded import EmbeddedPostgres
+from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
 

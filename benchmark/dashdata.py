@@ -1,5 +1,5 @@
 """What the dashboard's data costs with a million jobs in the table: the per-minute
-rollup (jobq.rollup) and the pages of GET /jobs, deep by offset and by cursor.
+rollup (jobq.observe.rollup) and the pages of GET /jobs, deep by offset and by cursor.
 
     python benchmark/dashdata.py [--finished 1000000] [--per-minute 5000] [--queues 10]
                                  [--rounds 10] [--database-url URL] [--json]
@@ -26,7 +26,9 @@ import psycopg
 
 import jobq
 from common import database, emit, environment, migrated, reset
-from jobq import keyset, queries, rollup
+from jobq import queries
+from jobq.jobs import cursors
+from jobq.observe import rollup
 from observe import timed
 from scale import fill_finished
 
@@ -98,7 +100,7 @@ def main() -> None:
             created_at, row_id = conn.execute(
                 "SELECT created_at, id FROM jobs ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1", (depth - 1,)
             ).fetchone()
-            cursor = keyset.encode(created_at, row_id)
+            cursor = cursors.encode(created_at, row_id)
             assert [j.id for j in jobq.list_jobs(limit=50, cursor=cursor, conn=conn).items] == [
                 j.id for j in jobq.list_jobs(limit=50, offset=depth, conn=conn).items]
             pages = {

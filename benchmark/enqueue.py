@@ -26,7 +26,7 @@ import time
 import psycopg
 
 import jobq
-from jobq.db import close_default_pool
+from jobq.store.connections import close_default_pool
 from common import database, emit, environment, migrated, reset
 
 

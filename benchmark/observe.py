@@ -28,8 +28,8 @@ import psycopg
 import jobq
 import stack
 from common import database, emit, environment, migrated, reset
-from jobq import keyset
-from jobq.inspection import snapshot
+from jobq.jobs import cursors
+from jobq.observe.inspection import snapshot
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE, Settings
 from scale import fill_finished
 
@@ -73,7 +73,7 @@ def dashboard_pages(url: str, conn: psycopg.Connection, fetches: int) -> dict[st
     deep_row = conn.execute(
         "SELECT created_at, id FROM jobs ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1", (min(900_000, rows // 2),)
     ).fetchone()
-    deep = urllib.parse.quote(keyset.encode(*deep_row))
+    deep = urllib.parse.quote(cursors.encode(*deep_row))
     paths = {name: path.format(group=group, deep=deep) for name, path in DASHBOARD_PAGES.items()}
     found = {name: {"statements": count} for name, count in statements_per_page(url, paths).items()}
     with stack.gunicorn(url) as web:

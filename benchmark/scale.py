@@ -25,7 +25,10 @@ import psycopg
 import jobq
 from common import database, emit, environment, migrated, percentiles, reset, save_figure
 import stack
-from jobq import claims, locks, partitions, queries
+from jobq import queries
+from jobq.jobs import leases
+from jobq.store import locks
+from jobq.store import partitions
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
 # Synthetic history: finished noop jobs spread over the last week (5 M rows, 100 ms apart),
@@ -92,9 +95,9 @@ def claim_latency(url: str, n: int) -> dict:
         timings = []
         for _ in range(n):
             started = time.perf_counter()
-            (got,) = claims.claim(conn, ["default"], worker_id="bench", limit=1, lock_base=base).result()
+            (got,) = leases.claim(conn, ["default"], worker_id="bench", limit=1, lock_base=base).result()
             timings.append((time.perf_counter() - started) * 1000)
-            claims.complete(conn, [got], ['{"ok":true}'], [0.0], lock_base=base).result()
+            leases.complete(conn, [got], ['{"ok":true}'], [0.0], lock_base=base).result()
     return {k + "_ms": round(v, 3) for k, v in percentiles(timings).items()}
 
 

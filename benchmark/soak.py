@@ -41,7 +41,7 @@ from pathlib import Path
 import psycopg
 
 import jobq
-from jobq.ledger import Counts
+from jobq.jobs.ledger import Counts
 import stack
 from common import database, emit, environment, migrated, reset, save_figure
 from drain import drain

@@ -22,8 +22,8 @@ from psycopg import sql
 import jobq
 from common import database, emit, environment, migrated, reset
 from jobq import queries
-from jobq.filters import JobFilter
-from jobq.ledger import COUNT_LIMIT
+from jobq.jobs.filters import JobFilter
+from jobq.jobs.ledger import COUNT_LIMIT
 
 CHUNK = 250_000
 FILL = (

@@ -17,8 +17,8 @@ worker, only when you commit::
         jobq.enqueue("send_receipt", {"order": 17}, conn=conn)
 """
 
-from jobq.dead_letter import discard as discard_dead, get as get_dead, list_dead, replay
-from jobq.submit import enqueue, enqueue_many
+from jobq.jobs.dead_letters import discard as discard_dead, get as get_dead, list_dead, replay
+from jobq.jobs.submit import enqueue, enqueue_many
 from jobq.errors import (
     AlreadyReplayed,
     AlreadyRetried,
@@ -41,11 +41,11 @@ from jobq.errors import (
     UnknownJobType,
 )
 from jobq.handlers.registry import register
-from jobq.declarations import periodic
+from jobq.schedules.declarations import periodic
 from jobq.job import STATUSES, DeadLetter, Job
-from jobq.control import cancel, delete, retry, run_now
-from jobq.ledger import counts, get, list_jobs
-from jobq.running import cancel_requested, progress
+from jobq.jobs.control import cancel, delete, retry, run_now
+from jobq.jobs.ledger import counts, get, list_jobs
+from jobq.handlers.context import cancel_requested, progress
 
 __version__ = "0.1.0"
 

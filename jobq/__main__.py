@@ -1,6 +1,6 @@
 """``python -m jobq ...`` is ``jobq ...``."""
 
-from jobq.cli import main
+from jobq.cli.main import main
 
 if __name__ == "__main__":
     main()

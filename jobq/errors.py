@@ -162,7 +162,7 @@ class DatabaseUnavailable(JobqError):
 
 class OutcomeUnknown(DatabaseUnavailable):
     """The connection was lost while jobs were being inserted under ``ids``: they may or
-    may not be stored. :func:`jobq.submit.submit_reserved` with the same jobs and ids
+    may not be stored. :func:`jobq.jobs.submit.submit_reserved` with the same jobs and ids
     settles it."""
 
     def __init__(self, ids: list[int], reason: str) -> None:

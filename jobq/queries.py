@@ -8,25 +8,25 @@ inspect``, the metrics and the readiness ping; the record of applied migrations;
 the advisory-lock calls (a job's lock rides in its claim and outcome
 statements, the leader's and the migrations' stand alone).
 
-DDL lives in the numbered files of ``jobq/migrations``, with one exception:
-``jobq.migrate.MIGRATIONS_TABLE_CREATE``, which creates ``jobq_migrations`` itself,
+DDL lives in the numbered files of ``jobq/store/migrations``, with one exception:
+``jobq.store.migrate.MIGRATIONS_TABLE_CREATE``, which creates ``jobq_migrations`` itself,
 because the table that records migrations cannot be created by a migration.
 
 Names are Entity + Verb + Qualifier; a write says in its name what it is guarded by.
 Each constant has a comment on the lock it takes, the index it uses and its guard.
 Values always travel as placeholders. A few constants are fragments (a listing's
-SELECT, count, filters and ORDER BY; a bulk operation's chunk) that :mod:`jobq.ledger`,
-:mod:`jobq.filters`, :mod:`jobq.operations` and :mod:`jobq.dead_letter` put together
+SELECT, count, filters and ORDER BY; a bulk operation's chunk) that :mod:`jobq.jobs.ledger`,
+:mod:`jobq.jobs.filters`, :mod:`jobq.jobs.operations` and :mod:`jobq.jobs.dead_letters` put together
 with ``psycopg.sql``. The advisory key of job ``id`` is ``%(lock_base)s | id`` where
-``lock_base`` is the namespace shifted into the high 16 bits (see :mod:`jobq.locks`).
+``lock_base`` is the namespace shifted into the high 16 bits (see :mod:`jobq.store.locks`).
 
-Who executes them: the library's modules (:mod:`jobq.submit`, :mod:`jobq.ledger`,
-:mod:`jobq.control`, :mod:`jobq.operations`, :mod:`jobq.audit`, :mod:`jobq.dead_letter`,
-:mod:`jobq.claims`, :mod:`jobq.retention`, :mod:`jobq.metrics`, :mod:`jobq.metrics_samples`, :mod:`jobq.rollup`,
-:mod:`jobq.inspection`, :mod:`jobq.queues`, :mod:`jobq.migrate`, and :mod:`jobq.db` for the
+Who executes them: the library's modules (:mod:`jobq.jobs.submit`, :mod:`jobq.jobs.ledger`,
+:mod:`jobq.jobs.control`, :mod:`jobq.jobs.operations`, :mod:`jobq.jobs.audit`, :mod:`jobq.jobs.dead_letters`,
+:mod:`jobq.jobs.leases`, :mod:`jobq.store.retention`, :mod:`jobq.observe.metrics`, :mod:`jobq.observe.samples`, :mod:`jobq.observe.rollup`,
+:mod:`jobq.observe.inspection`, :mod:`jobq.jobs.queues`, :mod:`jobq.store.migrate`, and :mod:`jobq.store.connections` for the
 ping) and the daemon's
-(:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.reaper`,
-:mod:`jobq.daemon.maintenance`, and :mod:`jobq.daemon.session` for its counter
+(:mod:`jobq.daemon.presence`, :mod:`jobq.daemon.maintenance.reaper`,
+:mod:`jobq.daemon.maintenance.duties`, and :mod:`jobq.daemon.worker.session` for its counter
 slot). Routes, the CLI and everything else call those modules; tests may run a
 statement directly to set up a row or to ``EXPLAIN`` it.
 """
@@ -107,7 +107,7 @@ JOB_IDS_RESERVE = (
 )
 
 # JOB_COPY: many rows without idempotency keys, in COPY's binary format (made by
-# jobq.copy_rows), with the reserved ids and the reservation's timestamp as created_at;
+# jobq.jobs.copy_rows), with the reserved ids and the reservation's timestamp as created_at;
 # the statement-level trigger counts them and sends one wake-up per queue.
 # JOB_COPY_WITH_TAGS: the same with tags, when some of the rows have them.
 JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at) FROM STDIN (FORMAT BINARY)"
@@ -175,7 +175,7 @@ JOB_GET_KEY_HOLDERS = (
 # JOB_GET: one row by primary key, no lock.
 JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
 
-# JOB_LIST: the SELECT (or the count) and FROM of a listing, no lock; jobq.ledger adds
+# JOB_LIST: the SELECT (or the count) and FROM of a listing, no lock; jobq.jobs.ledger adds
 # the filters given (JOB_LIST_FILTERS, with psycopg.sql) and orders newest first
 # (jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx).
 JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
@@ -184,7 +184,7 @@ JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
 # filter in {where}): a common tag's half a million rows are not all counted for a page.
 JOB_LIST_COUNT_UP_TO = "SELECT count(*) FROM (SELECT FROM jobs{where} LIMIT %(cap)s) AS capped"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
-# JOB_LIST_AFTER: the keyset predicate of a page after a cursor (jobq.keyset): rows older
+# JOB_LIST_AFTER: the keyset predicate of a page after a cursor (jobq.jobs.cursors): rows older
 # than the last one shown, in the listing's order. A row comparison on the trailing
 # (created_at, id) of jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx:
 # an index condition, so a page deep in a million rows reads about a page of rows.
@@ -201,13 +201,13 @@ JOB_LIST_FEW = (
     "SELECT " + JOB_COLUMNS + " FROM matching" + JOB_LIST_ORDER
 )
 
-# JOB_LIST_FILTERS: the WHERE clauses of a filter (jobq.filters) by field name, for
-# listings, dry runs and bulk operations; jobq.filters joins those given with AND. type
+# JOB_LIST_FILTERS: the WHERE clauses of a filter (jobq.jobs.filters) by field name, for
+# listings, dry runs and bulk operations; jobq.jobs.filters joins those given with AND. type
 # walks jobs_type_created_idx, status 'dead' jobs_dead_created_idx; another status and
 # queue filter the walk of jobs_created_idx (no full index on either, see 0001_jobs.sql);
 # created_after and created_before bound whichever walk it is. tag can use
 # jobs_tags_idx (GIN, partial: @> implies tags IS NOT NULL); ids jobs_pkey. error is
-# an ILIKE pattern that jobq.filters makes from the substring, its wildcards escaped.
+# an ILIKE pattern that jobq.jobs.filters makes from the substring, its wildcards escaped.
 # schedule uses jobs_schedule_created_idx (partial: only scheduled jobs are in it).
 JOB_LIST_FILTERS = {
     "status": "status = %(status)s",
@@ -309,7 +309,7 @@ JOB_NEXT_RUN_AT = (
 # rows (SKIP LOCKED) instead of waiting; the queues' candidates are merged in claim
 # order. The advisory lock is taken in RETURNING, so only on the rows actually
 # returned; the row locks of candidates left over end with the statement. The claim
-# size {limit} is spelt in the text (jobq.claims.claim_statement), not sent as a
+# size {limit} is spelt in the text (jobq.jobs.leases.claim_statement), not sent as a
 # parameter: a generic plan of LIMIT $n is costed for a tenth of the rows the planner
 # expects, so once jobs_live's statistics count a backlog the plan cache kept planning
 # each claim afresh (0.3 ms more a claim on the partitioned table, custom plans only);
@@ -614,7 +614,7 @@ LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
 DEAD_LETTER_GET = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs WHERE id = %(id)s"
 
 # DEAD_LETTER_LIST: newest first (dead_letter_jobs_died_idx, or _type_died_idx with a
-# type filter), no lock; jobq.dead_letter adds the filter (with psycopg.sql).
+# type filter), no lock; jobq.jobs.dead_letters adds the filter (with psycopg.sql).
 DEAD_LETTER_LIST_SELECT = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs"
 DEAD_LETTER_LIST_COUNT = "SELECT count(*) FROM dead_letter_jobs"
 DEAD_LETTER_LIST_ORDER = " ORDER BY died_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
@@ -718,7 +718,7 @@ ADVISORY_LOCKS_OF_NAMESPACE = (
 )
 
 # ---------------------------------------------------------------------------------------
-# Metrics (jobq.metrics; every statement is bounded whatever the size of jobs)
+# Metrics (jobq.observe.metrics; every statement is bounded whatever the size of jobs)
 
 # COUNTER_SAMPLE_BASELINE: the totals of the newest sample at least %(window)s seconds
 # old (the oldest sample while the history is shorter), with its age in seconds.
@@ -750,7 +750,7 @@ DEAD_LETTER_COUNT_WAITING_BY_QUEUE = (
 )
 
 # ---------------------------------------------------------------------------------------
-# The per-minute rollup (jobq.rollup; table jobq_minutes, schema 9)
+# The per-minute rollup (jobq.observe.rollup; table jobq_minutes, schema 9)
 
 # MINUTE_GET_LAST: the newest minute rolled up (its '' row is written with every minute:
 # one probe of the primary key, backwards).
@@ -835,7 +835,7 @@ MINUTE_LIST_OF_QUEUE = (
 )
 
 # ---------------------------------------------------------------------------------------
-# Partitions of the finished jobs (jobq.partitions; the layout is schema 13's)
+# Partitions of the finished jobs (jobq.store.partitions; the layout is schema 13's)
 #
 # The DDL that names a partition is here as psycopg.sql templates ({leaf}, {key}: names;
 # {lo}, {hi}: bounds as literals, since DDL takes no parameters). Each runs under
@@ -901,7 +901,7 @@ FINISHED_PARTITION_FORGET_KEYS = (
 
 # FINISHED_PARENT_LOCK: jobs_finished alone (ONLY: not its partitions), as DETACH takes
 # it (ACCESS EXCLUSIVE), under a short LOCK_TIMEOUT_SET: every completion writes
-# through it and queues behind the wait (jobq.partitions._lock_parent).
+# through it and queues behind the wait (jobq.store.partitions._lock_parent).
 FINISHED_PARENT_LOCK = "LOCK TABLE ONLY jobs_finished IN ACCESS EXCLUSIVE MODE"
 
 # FINISHED_PARTITION_DETACH / _DROP: the partition out of jobs_finished and gone.
@@ -928,7 +928,7 @@ JOBS_ANALYSIS_DUE = (
 )
 
 # ---------------------------------------------------------------------------------------
-# The planner's statistics (jobq.planning)
+# The planner's statistics (jobq.store.statistics)
 
 # JOBS_LIVE_STATISTICS_STALE: whether the planner's count of jobs_live (pg_class.reltuples:
 # -1 never analysed, 0 analysed empty) is %(factor)s times short of the jobs live now
@@ -945,7 +945,7 @@ JOBS_LIVE_STATISTICS_STALE = (
 JOBS_LIVE_ANALYZE = "ANALYZE jobs_live"
 
 # ---------------------------------------------------------------------------------------
-# Migrations (jobq.migrate; the DDL itself is in jobq/migrations/NNNN_name.sql)
+# Migrations (jobq.store.migrate; the DDL itself is in jobq/store/migrations/NNNN_name.sql)
 
 # MIGRATION_LOCK: the session-level advisory lock on the reserved key locks.MIGRATIONS
 # (in the namespace); waits while another migrate holds it. Touches no table.
@@ -962,11 +962,11 @@ MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('jobq_migrations') IS NOT NULL"
 # of a few rows; no lock).
 MIGRATION_VERSION_GET = "SELECT coalesce(max(version), 0) FROM jobq_migrations"
 
-# MIGRATION_LIST_VERSIONS: every version recorded (numbers may have gaps: jobq.migrate).
+# MIGRATION_LIST_VERSIONS: every version recorded (numbers may have gaps: jobq.store.migrate).
 MIGRATION_LIST_VERSIONS = "SELECT version FROM jobq_migrations"
 
 # JOBS_ANY: whether jobs holds a row (one row read at most): a conversion of the
-# table (jobq.migrate.CONVERSIONS) is applied unasked only where it holds none.
+# table (jobq.store.migrate.CONVERSIONS) is applied unasked only where it holds none.
 JOBS_ANY = "SELECT EXISTS (SELECT FROM jobs)"
 
 # MIGRATION_RECORD: one file applied, in the same transaction as its DDL; run under
@@ -980,7 +980,7 @@ MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(versio
 DATABASE_PING = "SELECT 1"
 
 # ---------------------------------------------------------------------------------------
-# Audit (jobq.audit)
+# Audit (jobq.jobs.audit)
 
 # AUDIT_INSERT: one operator action; no lock beyond the new row.
 AUDIT_INSERT = (
@@ -1006,7 +1006,7 @@ AUDIT_DELETE_BEFORE = (
 AUDIT_KEY_GET = "SELECT key FROM jobq_keys WHERE name = 'audit'"
 
 # ---------------------------------------------------------------------------------------
-# Queues (jobq.queues; the claim's side is OPEN_QUEUES, above)
+# Queues (jobq.jobs.queues; the claim's side is OPEN_QUEUES, above)
 
 # QUEUE_LIST: every queue ever paused, with its pause (a table of a few rows, no lock);
 # paused_at is NULL for a queue resumed since.
@@ -1041,7 +1041,7 @@ QUEUE_RESUME_IF_PAUSED = (
 )
 
 # ---------------------------------------------------------------------------------------
-# Dead-letter groups (jobq.dead_letter.groups; the groups are kept by triggers, 0005)
+# Dead-letter groups (jobq.jobs.dead_letters.groups; the groups are kept by triggers, 0005)
 
 # DEAD_LETTER_GROUP_LIST_WAITING: groups with letters waiting, newest last_seen first
 # (jobq_dead_letter_groups_waiting_idx, partial on count > 0; id breaks ties); never a
@@ -1050,7 +1050,7 @@ DEAD_LETTER_GROUP_LIST_WAITING = (
     "SELECT id, type, signature, count, first_seen, last_seen, example_id FROM jobq_dead_letter_groups "
     "WHERE count > 0 ORDER BY last_seen DESC, id LIMIT %(limit)s"
 )
-# Schedules (jobq.schedules: declaring and operating them; jobq.firing: the leader's
+# Schedules (jobq.schedules.stored: declaring and operating them; jobq.daemon.maintenance.firing: the leader's
 # firing). A worker is live while its heartbeat is younger than %(stale_seconds)s; a
 # schedule fires while a live worker declares it (workers.schedules ? name: a seq scan
 # of a table of a few rows per worker process).
@@ -1198,7 +1198,7 @@ SCHEDULE_DELETE_ORPHANS = "DELETE FROM jobq_schedules AS s WHERE NOT " + _LIVE_D
 CONTROL_NOTIFY_SCHEDULES = "SELECT pg_notify('jobq_control', 'schedules')"
 
 # ---------------------------------------------------------------------------------------
-# Single-job actions (jobq.control: retry and run now; cancel and delete are above)
+# Single-job actions (jobq.jobs.control: retry and run now; cancel and delete are above)
 
 # JOB_RUN_NOW_IF_SCHEDULED: pending jobs due in the future become due now, for some ids;
 # rows locked in id order (primary key), skipping those another session holds (SKIP
@@ -1249,7 +1249,7 @@ JOB_GET_RETRY_STATE = (
 )
 
 # ---------------------------------------------------------------------------------------
-# Bulk operations (jobq.operations)
+# Bulk operations (jobq.jobs.operations)
 
 OPERATION_COLUMNS = (
     "id, action, target, params, actor, state, matched, changed, skipped, cursor, error, "
@@ -1270,7 +1270,7 @@ OPERATION_GET = "SELECT " + OPERATION_COLUMNS + " FROM jobq_operations WHERE id 
 OPERATION_LIST_RUNNING = "SELECT id FROM jobq_operations WHERE state = 'running' ORDER BY id"
 
 # OPERATION_TRY_LOCK / OPERATION_LOCK / OPERATION_UNLOCK: the session advisory lock of
-# one operation's runner, a two-integer key (jobq.locks.operation_key), a key space
+# one operation's runner, a two-integer key (jobq.store.locks.operation_key), a key space
 # apart from the jobs' bigint keys. Touch no table.
 OPERATION_TRY_LOCK = "SELECT pg_try_advisory_lock(%(high)s, %(low)s)"
 OPERATION_LOCK = "SELECT pg_advisory_lock(%(high)s, %(low)s)"
@@ -1299,7 +1299,7 @@ DEAD_LETTER_GET_LAST_ID = "SELECT coalesce(max(id), 0) FROM dead_letter_jobs"
 
 # JOB_CHUNK_SELECT / JOB_CHUNK_ORDER: the ids of the next chunk of a filter's jobs
 # after the cursor and up to the operation's last id, in id order (a forward walk of
-# jobs_pkey, or the filter's index and a sort), no lock; jobq.operations puts the
+# jobs_pkey, or the filter's index and a sort), no lock; jobq.jobs.operations puts the
 # filter's clauses (JOB_LIST_FILTERS) between.
 JOB_CHUNK_SELECT = "SELECT id FROM jobs WHERE id > %(cursor)s AND id <= %(last_id)s"
 JOB_CHUNK_ORDER = " ORDER BY id LIMIT %(chunk)s"

@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jobq.retries import retry_delay
+from jobq.handlers.backoff import retry_delay
 from jobq.errors import ConfigError
 
 ENV_PREFIX = "JOBQ_"
@@ -46,22 +46,22 @@ DEFAULT_MAX_SNOOZES = 100  # past this, a job's snooze is a failed run
 DEFAULT_CATCH_UP_MAX = 100
 DEFAULT_CLAIM_BATCH = 50
 # A connection whose other end vanished without a word (a host lost, a network path cut)
-# is ended on both sides within about this long: keepalives and tcp_user_timeout (jobq.db).
+# is ended on both sides within about this long: keepalives and tcp_user_timeout (jobq.store.connections).
 DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_AUDIT_RETENTION = 90 * 24 * 3600.0
-# Finished jobs live in partitions this long each (jobq.partitions): retention drops a
+# Finished jobs live in partitions this long each (jobq.store.partitions): retention drops a
 # partition whole once all of it is older than JOBQ_RETENTION.
 DEFAULT_PARTITION_INTERVAL = 24 * 3600.0
 MIN_PARTITION_INTERVAL = 1.0
 # Partitions retention keeps at most (a GET /jobs/{id} probes each one's index on id).
 MAX_RETAINED_PARTITIONS = 1000
 DEFAULT_DEAD_LETTER_RETENTION = 0.0  # dead letters stay until replayed or discarded
-# Counter samples (jobq.metrics_samples): the longest trailing window of the metrics is
+# Counter samples (jobq.observe.samples): the longest trailing window of the metrics is
 # a quarter of an hour.
 DEFAULT_SAMPLE_RETENTION = 900.0
-# The per-minute rollup (jobq.rollup) is kept this long: the dashboard's longest window
+# The per-minute rollup (jobq.observe.rollup) is kept this long: the dashboard's longest window
 # is a day, and a second day lets it show yesterday's same hour.
 DEFAULT_ROLLUP_RETENTION = 2 * 24 * 3600.0
 MIN_ROLLUP_RETENTION = 24 * 3600.0

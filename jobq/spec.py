@@ -155,7 +155,7 @@ class JobSpec(BaseModel):
                 self.idempotency_key, self.tags, self.unique_while)
 
 
-# A validated job as jobq.submit inserts it: (type, queue, payload, priority, max_retries,
+# A validated job as jobq.jobs.submit inserts it: (type, queue, payload, priority, max_retries,
 # run_at, idempotency_key, tags, unique_while), payload a JsonObject, run_at in UTC or
 # None (now), tags a list or None, unique_while as given (None: the default). A plain
 # tuple: a batch of 1,000 is built and read in a few hundred microseconds.

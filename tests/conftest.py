@@ -19,9 +19,9 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from jobq import db
-from jobq.embedded import EmbeddedPostgres
-from jobq.migrate import migrate
+from jobq.store import connections
+from jobq.store.embedded import EmbeddedPostgres
+from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
 pytest_plugins = ["api_support"]  # the API tests' fixtures
@@ -78,7 +78,7 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with psycopg.connect(url, autocommit=True) as conn:
             migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
         yield url
-        db.close_default_pool()
+        connections.close_default_pool()
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute(TRUNCATE)
         yield connection
-    db.close_default_pool()
+    connections.close_default_pool()
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def no_partitions(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     jobs_finished_default) before the test and none left after it: the tests that make
     partitions of their own, or that need jobs finished long ago to be in the default
     partition (a daemon's leader makes the day's partitions in this shared database)."""
-    from jobq import partitions
+    from jobq.store import partitions
 
     far = datetime.now(timezone.utc) + timedelta(days=3650)
     partitions.drop_before(conn, far)

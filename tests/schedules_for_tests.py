@@ -12,7 +12,7 @@ import json
 import os
 
 import jobq
-from jobq.declarations import Periodic
+from jobq.schedules.declarations import Periodic
 
 VARIABLE = "JOBQ_TEST_SCHEDULES"
 

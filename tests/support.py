@@ -10,8 +10,10 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import claims, db, locks
-from jobq.daemon import execution
+from jobq.jobs import leases
+from jobq.store import connections
+from jobq.store import locks
+from jobq.handlers import execution
 from jobq.handlers import registry
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
@@ -41,43 +43,43 @@ def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
 def sent_again(conn: psycopg.Connection, send: Callable[[], T]) -> T:
     """``send()`` sent again while it meets a job that moved to another partition
     meanwhile (finished by another session after its snapshot), as often as the
-    worker's session sends a write again (claims.changed_meanwhile)."""
-    return db.sent_again_if_moved(conn, send, retries=claims.WRITE_AGAIN_RETRIES)
+    worker's session sends a write again (leases.changed_meanwhile)."""
+    return connections.sent_again_if_moved(conn, send, retries=leases.WRITE_AGAIN_RETRIES)
 
 
 def claim(
     conn: psycopg.Connection, limit: int = 10, queues: Sequence[str] = ("default",), worker_id: str = "test"
-) -> list[claims.Claim]:
+) -> list[leases.Claim]:
     return sent_again(
-        conn, lambda: claims.claim(conn, queues, worker_id=worker_id, limit=limit, lock_base=LOCK_BASE).result()
+        conn, lambda: leases.claim(conn, queues, worker_id=worker_id, limit=limit, lock_base=LOCK_BASE).result()
     )
 
 
-def complete(conn: psycopg.Connection, claimed: Sequence[claims.Claim]) -> set[int]:
+def complete(conn: psycopg.Connection, claimed: Sequence[leases.Claim]) -> set[int]:
     """Record every claimed job as done with {"ok": true}; returns the rejected ids."""
     n = len(claimed)
     return sent_again(
-        conn, lambda: claims.complete(conn, claimed, ['{"ok":true}'] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+        conn, lambda: leases.complete(conn, claimed, ['{"ok":true}'] * n, [0.0] * n, lock_base=LOCK_BASE).result()
     )
 
 
 def fail(
-    conn: psycopg.Connection, claimed: Sequence[claims.Claim], error: str = "boom", delay: float = 0.0
-) -> tuple[list[claims.Failure], set[int]]:
+    conn: psycopg.Connection, claimed: Sequence[leases.Claim], error: str = "boom", delay: float = 0.0
+) -> tuple[list[leases.Failure], set[int]]:
     n = len(claimed)
     return sent_again(
-        conn, lambda: claims.fail(conn, claimed, [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
+        conn, lambda: leases.fail(conn, claimed, [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()
     )
 
 
-def run_claimed(conn: psycopg.Connection, claimed: Sequence[claims.Claim], delay: float = 0.0) -> None:
+def run_claimed(conn: psycopg.Connection, claimed: Sequence[leases.Claim], delay: float = 0.0) -> None:
     """Run each claimed job's handler and record its outcome, as a worker would."""
     for c in claimed:
         outcome = execution.run(c.job, registry.find(c.job.type))
         if outcome.ok:
-            claims.complete(conn, [c], [outcome.result_json], [outcome.seconds], lock_base=LOCK_BASE).result()
+            leases.complete(conn, [c], [outcome.result_json], [outcome.seconds], lock_base=LOCK_BASE).result()
         else:
-            claims.fail(conn, [c], [outcome.error], [delay], [outcome.seconds], lock_base=LOCK_BASE).result()
+            leases.fail(conn, [c], [outcome.error], [delay], [outcome.seconds], lock_base=LOCK_BASE).result()
 
 
 def drain(conn: psycopg.Connection, queues: Sequence[str] = ("default",), batch: int = 50) -> int:
@@ -89,11 +91,11 @@ def drain(conn: psycopg.Connection, queues: Sequence[str] = ("default",), batch:
     return ran
 
 
-def settle(conn: psycopg.Connection, claimed: claims.Claim, status: str) -> None:
+def settle(conn: psycopg.Connection, claimed: leases.Claim, status: str) -> None:
     """Take a job just claimed on to ``status``: claimed (left as is), running, done, or
     dead (a failure, for a job with no retries left)."""
     if status == "running":
-        claims.start(conn, [claimed], [0.0]).result()
+        leases.start(conn, [claimed], [0.0]).result()
     elif status == "done":
         complete(conn, [claimed])
     elif status == "dead":

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from api_support import assert_error
-from jobq import schedules
+from jobq.schedules import stored
 from jobq.daemon import presence
-from jobq.declarations import _build
+from jobq.schedules.declarations import _build
 from jobq.settings import DEFAULT_STALE_THRESHOLD
 
 pytestmark = [pytest.mark.api, pytest.mark.db, pytest.mark.schedules]
@@ -20,7 +20,7 @@ def nightly(conn):
                       payload={"kind": "daily"}, queue="default", priority=7, max_retries=3)
     presence.register(conn, "w1", "host", 1, ["default"])
     presence.declare(conn, "w1", {"nightly": declared.definition_hash()})
-    schedules.declare(conn, "w1", {"nightly": declared}, stale_seconds=DEFAULT_STALE_THRESHOLD)
+    stored.declare(conn, "w1", {"nightly": declared}, stale_seconds=DEFAULT_STALE_THRESHOLD)
     return conn
 
 
@@ -62,8 +62,8 @@ def test_an_unknown_schedule_is_a_404_in_the_error_shape(client, nightly, method
 def test_metrics_show_the_schedules_and_prometheus_their_last_run_age_and_pause(client, nightly):
     from datetime import timedelta
 
-    from jobq import firing
-    from jobq.cron import Cron
+    from jobq.daemon.maintenance import firing
+    from jobq.schedules.cron import Cron
 
     now = nightly.execute("SELECT now()").fetchone()[0]
     (last,), _ = Cron("0 3 * * *", "Europe/Berlin").due(now - timedelta(days=2), now, 1)

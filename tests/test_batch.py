@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jobq.claims import Claim
-from jobq.daemon import batch
-from jobq.daemon.batch import DEFER_RUNNING, Hand
+from jobq.jobs.leases import Claim
+from jobq.daemon.worker import hand as batch
+from jobq.daemon.worker.hand import DEFER_RUNNING, Hand
 from jobq.job import Job
 
 pytestmark = [pytest.mark.unit, pytest.mark.daemon]

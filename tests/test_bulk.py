@@ -1,4 +1,4 @@
-"""Bulk operations (jobq.operations): in chunks, each its own transaction; rows another
+"""Bulk operations (jobq.jobs.operations): in chunks, each its own transaction; rows another
 session holds or not eligible are skipped and counted; dry runs change nothing; an
 operation whose runner died is carried to the end by resume_stalled."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from control_support import audit_actions, control, seed, seed_dead, statuses  # noqa: F401
 from daemon import wait_for
-from jobq import operations
+from jobq.jobs import operations
 from jobq.errors import DeadLetterGroupNotFound, InvalidArgument
 
 pytestmark = [pytest.mark.control, pytest.mark.db]
@@ -167,7 +167,7 @@ def test_resume_stalled_leaves_alone_an_operation_whose_runner_is_alive(control,
 
 RUNNER = """
 import sys, time, psycopg
-from jobq import operations
+from jobq.jobs import operations
 conn = psycopg.connect(sys.argv[1], autocommit=True)
 operation = operations.start(conn, "retry", actor="doomed", job_filter={"status": "dead"})
 operations.run(conn, operation, chunk=100, on_chunk=lambda op: time.sleep(0.2))

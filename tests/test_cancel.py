@@ -10,7 +10,7 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids
-from jobq import claims
+from jobq.jobs import leases
 from jobq.errors import JobNotCancellable
 
 pytestmark = [pytest.mark.db, pytest.mark.control]
@@ -136,18 +136,18 @@ def test_a_cancel_during_a_graceful_shutdown_ends_the_job_cancelled(ledger, daem
 def test_the_reaper_leaves_a_cancelled_job_alone(ledger):
     job = jobq.enqueue("ledger", conn=ledger)
     with psycopg.connect(ledger.info.dsn, autocommit=True) as worker_conn:
-        (held,) = claims.claim(worker_conn, ["default"], worker_id="test:1:x", limit=1, lock_base=0).result()
+        (held,) = leases.claim(worker_conn, ["default"], worker_id="test:1:x", limit=1, lock_base=0).result()
     # The worker's session is gone (its lock with it): the reaper could take the job now.
     jobq.cancel(held.job_id, conn=ledger)
     ledger.execute("UPDATE jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = %s", (job.id,))
-    from jobq.daemon import reaper
+    from jobq.daemon.maintenance import reaper
     from jobq.settings import Settings
 
     recovered = reaper.reap_stale(ledger, Settings.from_env({}), 0)
     assert recovered.changed == 0 and status(ledger, job.id) == "cancelled"
     # A late outcome of the old run is a stale write: rejected, the job stays cancelled.
     with psycopg.connect(ledger.info.dsn, autocommit=True) as late:
-        rejected = claims.complete(late, [held], ["{}"], [0.1], lock_base=0).result()
+        rejected = leases.complete(late, [held], ["{}"], [0.1], lock_base=0).result()
     assert rejected == {job.id} and status(ledger, job.id) == "cancelled"
 
 
@@ -170,25 +170,26 @@ def test_progress_arguments_are_checked_and_ignored_outside_a_handler():
 
 
 def test_a_job_cancelled_before_its_handler_starts_is_not_run():
-    from jobq import running
-    from jobq.daemon import execution
+    from jobq.handlers import context
+    from jobq.handlers import execution
     from jobq.handlers.registry import Handler
 
     calls = []
     handler = Handler("t", lambda job: calls.append(job.id))
     job = type("J", (), {"id": 41, "type": "t"})()
-    running.request_cancel(41)  # the cancel arrived while it waited in the batch
+    context.request_cancel(41)  # the cancel arrived while it waited in the batch
     try:
-        assert running.was_cancelled(41) and not running.was_cancelled(42)
+        assert context.was_cancelled(41) and not context.was_cancelled(42)
         result = execution.run(job, handler)
     finally:
-        running.forget_cancels()
+        context.forget_cancels()
     assert result.cancelled and calls == []
     assert execution.run(job, handler).ok and calls == [41]  # forgotten with its batch
 
 
 def test_inspect_shows_the_progress_of_each_workers_job(ledger):
-    from jobq import inspection, inspect_view
+    from jobq.observe import inspection
+    from jobq.cli import inspect_view
     from jobq.daemon import presence
 
     job = jobq.enqueue("noop", conn=ledger)
@@ -207,10 +208,11 @@ def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, 
     queue paused meanwhile are given back (their locks released) before the next start."""
     import threading
 
-    from jobq import locks, running
-    from jobq.daemon.idle import IdleBoard
-    from jobq.daemon.session import ClaimSession
-    from jobq.daemon.worker import Worker
+    from jobq.store import locks
+    from jobq.handlers import context
+    from jobq.daemon.boards.idle import IdleBoard
+    from jobq.daemon.worker.session import ClaimSession
+    from jobq.daemon.worker.loop import Worker
     from jobq.settings import Settings
 
     mail = jobq.enqueue_many([{"type": "noop", "queue": "mail", "priority": 9}] * 2, conn=ledger)
@@ -222,18 +224,18 @@ def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, 
                                   stopping=threading.Event(), hand=worker.hand)
     worker.session.connect()
     try:
-        batch = worker.session.run(lambda conn, _: claims.claim(
+        batch = worker.session.run(lambda conn, _: leases.claim(
             conn, ["default", "mail"], worker_id=worker.worker_id, limit=10, lock_base=lock_base).result())
         assert len(batch) == 4 and all(c.locked for c in batch)
         worker.hand.hold(batch)
         worker.hand.line_up(batch)
         jobq.cancel(cancelled.id, conn=ledger)
-        running.request_cancel(cancelled.id)  # what the control pipe said
+        context.request_cancel(cancelled.id)  # what the control pipe said
         worker.paused_queues.add("mail")
         assert worker.next_job().job_id == kept.id
         assert worker.next_job() is None
     finally:
-        running.forget_cancels()
+        context.forget_cancels()
         worker.session.close()
     assert [status(ledger, job.id) for job in mail] == ["pending", "pending"]
     assert status(ledger, cancelled.id) == "cancelled" and status(ledger, kept.id) == "claimed"

@@ -21,7 +21,7 @@ import pytest
 import jobq
 from conftest import migrated_instance
 from daemon import alive, scalar, wait_for, worker_pids, worker_pids_of_session
-from jobq import locks
+from jobq.store import locks
 from support import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.chaos]

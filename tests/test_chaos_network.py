@@ -31,8 +31,9 @@ import jobq
 import jobq.settings
 from conftest import TRUNCATE, migrated_instance
 from daemon import FAST, scalar, wait_for, worker_pids, worker_pids_of_session
-from jobq import db, locks
-from jobq.embedded import EmbeddedPostgres
+from jobq.store import connections
+from jobq.store import locks
+from jobq.store.embedded import EmbeddedPostgres
 from support import advisory_locks
 from web.pool import web_pool
 
@@ -193,11 +194,11 @@ def client_socket_options(conn: psycopg.Connection) -> dict[str, int]:
 ASKED = {  # what JOBQ_DEAD_CONNECTION_TIMEOUT=3 asks of each session
     "tcp_keepalives_idle": 1,
     "tcp_keepalives_interval": 1,
-    "tcp_keepalives_count": db.KEEPALIVE_PROBES,
+    "tcp_keepalives_count": connections.KEEPALIVE_PROBES,
     "tcp_user_timeout": 3000,
     "client_connection_check_interval": 1000,
 }
-ASKED_OF_THE_CLIENT = {"keepalive": 1, "idle": 1, "interval": 1, "count": db.KEEPALIVE_PROBES, "user_timeout_ms": 3000}
+ASKED_OF_THE_CLIENT = {"keepalive": 1, "idle": 1, "interval": 1, "count": connections.KEEPALIVE_PROBES, "user_timeout_ms": 3000}
 
 
 @pytest.fixture
@@ -212,14 +213,14 @@ def dead_connection_setting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_every_connection_jobq_opens_over_tcp_asks_both_ends_to_drop_a_vanished_peer(
     proxy, tcp_postgres, dead_connection_setting, monkeypatch
 ):
-    with db.connect(proxy.url()) as conn:  # the claim session's, the listener's, maintenance's, the CLI's
+    with connections.connect(proxy.url()) as conn:  # the claim session's, the listener's, maintenance's, the CLI's
         assert server_settings(conn) == ASKED
         assert client_socket_options(conn) == ASKED_OF_THE_CLIENT
         assert conn.execute("SHOW tcp_keepalives_idle").fetchone() == ("1",)
         assert conn.execute("SHOW client_connection_check_interval").fetchone() == ("1s",)
     monkeypatch.setenv("DATABASE_URL", proxy.url())
-    db.close_default_pool()
-    pools = {"library default": db.default_pool(), "web": web_pool(proxy.url())}
+    connections.close_default_pool()
+    pools = {"library default": connections.default_pool(), "web": web_pool(proxy.url())}
     try:
         for name, pool in pools.items():
             with pool.connection() as conn:
@@ -227,18 +228,18 @@ def test_every_connection_jobq_opens_over_tcp_asks_both_ends_to_drop_a_vanished_
                 assert (name, client_socket_options(conn)) == (name, ASKED_OF_THE_CLIENT)
     finally:
         pools["web"].close()
-        db.close_default_pool()
+        connections.close_default_pool()
 
 
 def test_over_a_unix_socket_the_tcp_settings_are_ignored_and_nothing_fails(tcp_postgres, dead_connection_setting):
-    with db.connect(tcp_postgres.url()) as conn:
+    with connections.connect(tcp_postgres.url()) as conn:
         shown = server_settings(conn)
     assert shown == {**{name: 0 for name in SERVER_SETTINGS}, "client_connection_check_interval": 1000}
 
 
 def test_the_url_keeps_its_own_options_and_they_win(proxy, dead_connection_setting):
     url = proxy.url() + "?options=-c%20tcp_keepalives_idle%3D7%20-c%20search_path%3Dmine&keepalives_count=5"
-    with db.connect(url) as conn:
+    with connections.connect(url) as conn:
         shown = server_settings(conn)
         assert conn.execute("SHOW search_path").fetchone() == ("mine",)
         assert client_socket_options(conn)["count"] == 5
@@ -246,7 +247,7 @@ def test_the_url_keeps_its_own_options_and_they_win(proxy, dead_connection_setti
 
 
 def test_zero_turns_it_off(proxy):
-    with db.connect(proxy.url(), dead_connection_timeout=0) as conn:
+    with connections.connect(proxy.url(), dead_connection_timeout=0) as conn:
         assert server_settings(conn)["client_connection_check_interval"] == 0
         assert client_socket_options(conn)["user_timeout_ms"] == 0
 
@@ -254,13 +255,13 @@ def test_zero_turns_it_off(proxy):
 def test_a_server_that_refuses_the_check_interval_gets_the_keepalives_without_it(proxy, monkeypatch):
     # PostgreSQL 13 knows no client_connection_check_interval and refuses the
     # connection; a setting this server knows no more of stands in for it.
-    monkeypatch.setattr(db, "CHECK_INTERVAL", "jobq_test_unknown_setting")
-    monkeypatch.setattr(db, "_refuses_check_interval", set())
+    monkeypatch.setattr(connections, "CHECK_INTERVAL", "jobq_test_unknown_setting")
+    monkeypatch.setattr(connections, "_refuses_check_interval", set())
     for _ in range(2):  # the second connects at once without it
-        with db.connect(proxy.url(), dead_connection_timeout=DEAD) as conn:
+        with connections.connect(proxy.url(), dead_connection_timeout=DEAD) as conn:
             shown = server_settings(conn)
         assert shown == {**ASKED, "client_connection_check_interval": 0}
-    assert db._refuses_check_interval == {proxy.url()}
+    assert connections._refuses_check_interval == {proxy.url()}
 
 
 def test_a_blackholed_worker_loses_its_session_and_its_job_comes_back_and_completes_once(

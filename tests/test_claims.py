@@ -6,7 +6,9 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims, queries, tallies
+from jobq import queries
+from jobq.jobs import leases
+from jobq.observe import tallies
 from support import LOCK_BASE, advisory_locks, claim, complete, drain, fail
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
@@ -65,7 +67,7 @@ def test_claim_sets_owner_lease_and_times(conn):
 def test_every_claim_gets_a_new_lease(conn):
     job = jobq.enqueue("noop", conn=conn)
     (first,) = claim(conn, 1)
-    claims.release(conn, [first], lock_base=LOCK_BASE).result()
+    leases.release(conn, [first], lock_base=LOCK_BASE).result()
     (second,) = claim(conn, 1)
     assert second.job.id == job.id and second.job.lease != first.job.lease
 
@@ -106,15 +108,15 @@ def test_concurrent_processes_never_claim_the_same_job(conn, database_url):
 def test_a_write_with_a_stale_lease_is_rejected_and_changes_nothing(conn):
     jobq.enqueue("noop", conn=conn)
     (stale,) = claim(conn, 1)
-    claims.release(conn, [stale], lock_base=LOCK_BASE).result()
+    leases.release(conn, [stale], lock_base=LOCK_BASE).result()
     (current,) = claim(conn, 1)
     before = jobq.get(current.job.id, conn=conn)
 
     assert complete(conn, [stale]) == {stale.job.id}
     assert fail(conn, [stale]) == ([], {stale.job.id})
-    assert claims.release(conn, [stale], lock_base=LOCK_BASE).result() == {stale.job.id}
-    assert claims.start(conn, [stale], [0.0]).result() == {stale.job.id}
-    assert claims.heartbeat(conn, [stale]).result() == {stale.job.id}
+    assert leases.release(conn, [stale], lock_base=LOCK_BASE).result() == {stale.job.id}
+    assert leases.start(conn, [stale], [0.0]).result() == {stale.job.id}
+    assert leases.heartbeat(conn, [stale]).result() == {stale.job.id}
     assert jobq.get(current.job.id, conn=conn) == before
 
     assert complete(conn, [current]) == set()
@@ -124,10 +126,10 @@ def test_a_write_with_a_stale_lease_is_rejected_and_changes_nothing(conn):
 def test_after_a_reconnect_a_recorded_outcome_is_told_from_a_stale_one(conn):
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     stale, in_flight = claim(conn, 2)
-    claims.release(conn, [stale], lock_base=LOCK_BASE).result()
+    leases.release(conn, [stale], lock_base=LOCK_BASE).result()
     (current,) = claim(conn, 1)
     complete(conn, [current])
-    assert claims.finished_under_lease(conn, [stale, current, in_flight]) == {current.job.id}
+    assert leases.finished_under_lease(conn, [stale, current, in_flight]) == {current.job.id}
 
 
 def test_advisory_locks_are_held_only_for_claimed_jobs_until_their_outcome(conn):
@@ -168,7 +170,7 @@ def test_claim_uses_the_partial_pending_index(conn):
     conn.execute("UPDATE jobs SET status = 'done' WHERE id % 10 <> 0")
     conn.execute("ANALYZE jobs")
     plan = conn.execute(
-        "EXPLAIN " + claims.claim_statement(10),
+        "EXPLAIN " + leases.claim_statement(10),
         {"queues": ["q3"], "worker_id": "w", "lock_base": LOCK_BASE},
     ).fetchall()
     text = "\n".join(row[0] for row in plan)
@@ -194,11 +196,11 @@ def test_the_next_due_the_oldest_due_and_the_scheduled_count_read_every_priority
         + [{"type": "noop", "priority": p, "run_at": future(900)} for p in range(2, 10)],
         conn=conn,
     )
-    assert 50 < claims.next_run_in(conn, ["default"]).result() <= 60
+    assert 50 < leases.next_run_in(conn, ["default"]).result() <= 60
     assert tallies.scheduled(["default", "other"], cap=100, conn=conn) == {"default": 10, "other": 0}
     assert tallies.scheduled(["default"], cap=3, conn=conn) == {"default": 4}  # "3+"
     oldest = jobq.enqueue("noop", priority=2, run_at=now - timedelta(seconds=30), conn=conn)
     jobq.enqueue("noop", priority=9, run_at=now - timedelta(seconds=10), conn=conn)
-    assert claims.next_run_in(conn, ["default"]).result() <= -30
+    assert leases.next_run_in(conn, ["default"]).result() <= -30
     (row,) = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": ["default"]}).fetchall()
     assert row[0] == oldest.id and row[4] >= 30

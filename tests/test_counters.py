@@ -14,9 +14,9 @@ import pytest
 
 import jobq
 from daemon import wait_for
-from jobq import claims
-from jobq.daemon.batch import Hand
-from jobq.daemon.session import ClaimSession
+from jobq.jobs import leases
+from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.session import ClaimSession
 from support import LOCK_BASE, claim, complete, fail
 
 pytestmark = pytest.mark.db
@@ -141,10 +141,10 @@ def test_counters_stay_exact_through_claims_and_outcomes_in_the_new_slots(conn, 
                 complete(worker, got[:split])
                 fail(worker, got[split:])
                 if got and rng.random() < 0.3:  # an event that changes no job row (queries.COUNTER_ADD)
-                    claims.count_events(worker, "reclaimed_total", [(got[0].job.queue, got[0].job.type)])
+                    leases.count_events(worker, "reclaimed_total", [(got[0].job.queue, got[0].job.type)])
                     reclaimed += 1
             running = claim(w2, 3)
-            claims.start(w2, running, [0.0] * len(running)).result()
+            leases.start(w2, running, [0.0] * len(running)).result()
             # While the applications' transactions are open: exact, without their jobs.
             assert counted(conn) == actual(conn)
         # After they committed: their sixteen jobs are counted too.

@@ -11,11 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 import jobq
-from jobq import dead_letter, ledger, tallies
+from jobq.jobs import dead_letters
+from jobq.jobs import ledger
+from jobq.observe import tallies
 from jobq.daemon import presence
 from jobq.errors import ConfigError
 from jobq.settings import Settings
-from jobq.workers import list_workers
+from jobq.observe.workers import list_workers
 from web.dashboard import charts
 
 pytestmark = [pytest.mark.dashboard, pytest.mark.db]
@@ -154,12 +156,12 @@ def test_selected_dead_letters_are_replayed_or_discarded_with_an_audit_row(conn)
     conn.execute("INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts) "
                  "SELECT id, type, queue, payload, priority, max_retries, error, 1 FROM jobs")
     ids = [row[0] for row in conn.execute("SELECT id FROM dead_letter_jobs ORDER BY id")]
-    group_id = dead_letter.get(ids[0], conn=conn).group_id
-    assert [letter.id for letter in dead_letter.letters_of_group(group_id, conn=conn)] == ids[::-1]
-    replayed = dead_letter.replay_many(ids[:2], actor="dashboard:t", conn=conn)
+    group_id = dead_letters.get(ids[0], conn=conn).group_id
+    assert [letter.id for letter in dead_letters.letters_of_group(group_id, conn=conn)] == ids[::-1]
+    replayed = dead_letters.replay_many(ids[:2], actor="dashboard:t", conn=conn)
     assert sorted(replayed) == ids[:2]
-    assert dead_letter.discard_many(ids, actor="dashboard:t", conn=conn) == [ids[2]]
-    assert dead_letter.group(group_id, conn=conn).count == 0
+    assert dead_letters.discard_many(ids, actor="dashboard:t", conn=conn) == [ids[2]]
+    assert dead_letters.group(group_id, conn=conn).count == 0
     audit = conn.execute("SELECT action, counts->>'changed' FROM jobq_audit ORDER BY id").fetchall()
     assert audit == [("dead_letter.replay", "2"), ("dead_letter.discard", "1")]
 

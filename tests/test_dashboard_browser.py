@@ -76,7 +76,7 @@ def fill_dead(conn: psycopg.Connection, n: int, error: str = "RuntimeError: card
 
 
 def fill_minutes(conn: psycopg.Connection) -> None:
-    """An hour of made-up rollup rows (jobq.rollup's own tests check the real ones), so
+    """An hour of made-up rollup rows (jobq.observe.rollup's own tests check the real ones), so
     that the overview's charts have lines to draw."""
     conn.execute(
         "INSERT INTO jobq_minutes SELECT date_trunc('minute', now()) - make_interval(mins => m), q, "

@@ -8,7 +8,8 @@ import json
 import pytest
 
 import jobq
-from jobq import dead_letter, queries
+from jobq import queries
+from jobq.jobs import dead_letters
 from jobq.errors import InvalidArgument
 from support import drain, run_cli
 
@@ -30,7 +31,7 @@ def die(conn, *payloads: dict) -> None:
 
 def test_failures_that_differ_only_in_numbers_are_one_group(conn):
     die(conn, {"n": 17}, {"n": 4017}, {"n": 99})
-    (group,) = dead_letter.groups(conn=conn)
+    (group,) = dead_letters.groups(conn=conn)
     assert (group.type, group.signature, group.count) == ("order_lookup", "ValueError: order <n> not found", 3)
     letters = jobq.list_dead(conn=conn).items
     assert {letter.group_id for letter in letters} == {group.id}
@@ -42,30 +43,30 @@ def test_failures_that_differ_only_in_numbers_are_one_group(conn):
 def test_another_exception_is_another_group_and_the_newest_comes_first(conn):
     die(conn, {"n": 1}, {"n": 2})
     die(conn, {"n": 3, "broken": True})
-    broken, missing = dead_letter.groups(conn=conn)
+    broken, missing = dead_letters.groups(conn=conn)
     assert (broken.signature, broken.count) == ("LookupError: order <n> not found", 1)
     assert (missing.signature, missing.count) == ("ValueError: order <n> not found", 2)
     assert broken.id != missing.id and broken.last_seen >= missing.last_seen
-    assert [g.id for g in dead_letter.groups(limit=1, conn=conn)] == [broken.id]
+    assert [g.id for g in dead_letters.groups(limit=1, conn=conn)] == [broken.id]
 
 
 def test_replaying_or_discarding_a_letter_takes_it_out_of_its_group(conn):
     die(conn, {"n": 1}, {"n": 2}, {"n": 3})
     first, second, third = jobq.list_dead(conn=conn).items
     jobq.replay(first.id, conn=conn)
-    assert [g.count for g in dead_letter.groups(conn=conn)] == [2]
+    assert [g.count for g in dead_letters.groups(conn=conn)] == [2]
     jobq.discard_dead(second.id, conn=conn)
-    assert [g.count for g in dead_letter.groups(conn=conn)] == [1]
+    assert [g.count for g in dead_letters.groups(conn=conn)] == [1]
     jobq.discard_dead(first.id, conn=conn)  # replayed already: it no longer counted
-    assert [g.count for g in dead_letter.groups(conn=conn)] == [1]
+    assert [g.count for g in dead_letters.groups(conn=conn)] == [1]
     jobq.replay(third.id, conn=conn)
-    assert dead_letter.groups(conn=conn) == []  # a group with nothing waiting is not listed
+    assert dead_letters.groups(conn=conn) == []  # a group with nothing waiting is not listed
 
 
 @pytest.mark.parametrize("bad", [0, 1001, -1, True, "10", None])
 def test_the_limit_is_checked(conn, bad):
     with pytest.raises(InvalidArgument) as caught:
-        dead_letter.groups(limit=bad, conn=conn)
+        dead_letters.groups(limit=bad, conn=conn)
     assert caught.value.field == "limit"
 
 
@@ -90,4 +91,4 @@ def test_listing_walks_the_index_of_groups_with_letters_waiting(conn):
     explained = conn.execute("EXPLAIN " + queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": 100})
     plan = "\n".join(row[0] for row in explained)
     assert "jobq_dead_letter_groups_waiting_idx" in plan, plan
-    assert [g.id for g in dead_letter.groups(limit=3, conn=conn)] == ["g500", "g1000", "g1500"]
+    assert [g.id for g in dead_letters.groups(limit=3, conn=conn)] == ["g500", "g1000", "g1500"]

@@ -5,7 +5,7 @@ import psycopg
 import pytest
 
 import jobq
-import jobq.submit
+import jobq.jobs.submit
 from jobq.errors import InvalidArgument
 
 pytestmark = pytest.mark.db
@@ -154,7 +154,7 @@ def varied(n: int) -> list[dict]:
     ]
 
 
-@pytest.mark.parametrize("n", [2, jobq.submit.COPY_THRESHOLD - 1, jobq.submit.COPY_THRESHOLD, 1500])
+@pytest.mark.parametrize("n", [2, jobq.jobs.submit.COPY_THRESHOLD - 1, jobq.jobs.submit.COPY_THRESHOLD, 1500])
 def test_enqueue_many_returns_each_job_as_it_was_stored(conn, n):
     # Small batches go in by one array INSERT, from COPY_THRESHOLD on by COPY: the jobs
     # returned are built by the client, and must be the rows as stored, field by field.
@@ -168,11 +168,11 @@ def test_enqueue_many_returns_each_job_as_it_was_stored(conn, n):
 
 def test_a_copied_batch_in_the_callers_transaction_is_stored_at_its_commit(database_url, conn, listener):
     with psycopg.connect(database_url) as other:  # not autocommit: reservation, COPY and rows in one transaction
-        jobs = jobq.enqueue_many([{"type": "noop", "queue": "c"}] * jobq.submit.COPY_THRESHOLD, conn=other)
+        jobs = jobq.enqueue_many([{"type": "noop", "queue": "c"}] * jobq.jobs.submit.COPY_THRESHOLD, conn=other)
         assert job_count(conn) == 0 and notifications(listener) == []
         (now,) = other.execute("SELECT now()").fetchone()
         other.commit()
-    assert notifications(listener) == [f"c {jobq.submit.COPY_THRESHOLD}"]
+    assert notifications(listener) == [f"c {jobq.jobs.submit.COPY_THRESHOLD}"]
     assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
     assert {job.created_at for job in jobs} == {job.run_at for job in jobs} == {now}  # the defaults' value
 
@@ -196,14 +196,14 @@ def test_one_insert_of_mixed_queues_types_and_statuses_is_counted_exactly_and_wa
 
 
 def test_the_copy_stream_carries_every_value_jobspec_allows(conn):
-    # jobq.copy_rows encodes COPY's binary format by hand: the extremes of each column.
+    # jobq.jobs.copy_rows encodes COPY's binary format by hand: the extremes of each column.
     extremes = [
         {"type": "ü" * 200, "queue": "€" * 100, "priority": 10, "max_retries": 10,
          "run_at": datetime(1, 1, 1, tzinfo=timezone.utc), "tags": [f"{i:02d}" + "ñ" * 98 for i in range(20)]},
         {"type": "t", "priority": 1, "max_retries": 0, "run_at": datetime(9999, 12, 31, 23, 59, 59, 999999),
          "payload": {"big": "x" * 100_000, "deep": [[[[{"a": None}]]]], "n": -(2**63), "f": 1.5e-300}},
         {"type": "t", "run_at": datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), "tags": ["\\", '"', ",{}"]},
-    ] * (jobq.submit.COPY_THRESHOLD // 3 + 1)
+    ] * (jobq.jobs.submit.COPY_THRESHOLD // 3 + 1)
     jobs = jobq.enqueue_many(extremes, conn=conn)
     assert jobs == [jobq.get(job.id, conn=conn) for job in jobs]
     assert jobs[0].type == "ü" * 200 and jobs[0].run_at == datetime(1, 1, 1, tzinfo=timezone.utc)

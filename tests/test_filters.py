@@ -1,4 +1,4 @@
-"""One filter (jobq.filters) for GET /jobs, jobq.list_jobs, dry runs and bulk actions:
+"""One filter (jobq.jobs.filters) for GET /jobs, jobq.list_jobs, dry runs and bulk actions:
 each criterion narrows, all hold together, bad values are refused naming the field."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import jobq
 from api_support import assert_error
 from control_support import control, seed  # noqa: F401
 from jobq.errors import InvalidArgument
-from jobq.filters import JobFilter, parse_filter
+from jobq.jobs.filters import JobFilter, parse_filter
 
 pytestmark = [pytest.mark.control, pytest.mark.db]
 
@@ -89,7 +89,7 @@ def test_get_jobs_takes_the_new_criteria_and_names_a_bad_one(client, control):
 
 
 def test_with_a_new_criterion_the_total_is_counted_only_so_far_past_the_offset(client, control, monkeypatch):
-    from jobq import ledger
+    from jobq.jobs import ledger
 
     monkeypatch.setattr(ledger, "COUNT_LIMIT", 5)
     seed(control, 8, "pending", tags=["many"])

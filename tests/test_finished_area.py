@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from jobq.daemon import reports
-from jobq.daemon.finished import AREA, Finished, FinishedArea
+from jobq.daemon import messages
+from jobq.daemon.boards.finished import AREA, Finished, FinishedArea
 
 pytestmark = pytest.mark.unit
 
@@ -57,12 +57,12 @@ def test_a_forked_worker_notes_what_its_supervisor_takes_after_its_death():
 
 def test_a_gone_report_carries_the_finished_jobs_through_the_pipe():
     finished = (Finished(5, 50, 1.5, '{"a": "b c"}'), Finished(6, 60, 1e-05, None))
-    gone = reports.Gone("host:1:ab", 7, 70, "crash", 30.0, "killed by signal 9 (SIGKILL)", finished)
-    other = reports.Gone("host:2:cd", 0, 0, "shutdown", 0.0, "exit code 0")
-    read_fd, write_fd = reports.report_pipe()
-    data = reports.encode(gone) + reports.encode(other)
+    gone = messages.Gone("host:1:ab", 7, 70, "crash", 30.0, "killed by signal 9 (SIGKILL)", finished)
+    other = messages.Gone("host:2:cd", 0, 0, "shutdown", 0.0, "exit code 0")
+    read_fd, write_fd = messages.report_pipe()
+    data = messages.encode(gone) + messages.encode(other)
     os.write(write_fd, data[:20])  # a message may arrive in pieces
-    reader = reports.Reader(read_fd)
+    reader = messages.Reader(read_fd)
     assert reader.read() == ([], False)
     os.write(write_fd, data[20:])
     assert reader.read() == ([gone, other], False)
@@ -71,8 +71,8 @@ def test_a_gone_report_carries_the_finished_jobs_through_the_pipe():
 
 
 def test_a_job_it_had_finished_is_not_the_job_a_gone_worker_was_running():
-    running = reports.Started(5, 50, 100.0, 30.0)
-    gone = reports.Gone.of("host:1:ab", running, "crash", 9, [Finished(5, 50, 0.1, None)])
+    running = messages.Started(5, 50, 100.0, 30.0)
+    gone = messages.Gone.of("host:1:ab", running, "crash", 9, [Finished(5, 50, 0.1, None)])
     assert (gone.job_id, gone.lease) == (0, 0)
-    gone = reports.Gone.of("host:1:ab", running, "crash", 9, [Finished(4, 40, 0.1, None)])
+    gone = messages.Gone.of("host:1:ab", running, "crash", 9, [Finished(4, 40, 0.1, None)])
     assert (gone.job_id, gone.lease) == (5, 50)

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from jobq.errors import DatabaseUnavailable
-from jobq.group import GroupSubmitter
+from jobq.jobs.group_commit import GroupSubmitter
 from jobq.spec import JobSpec
 
 pytestmark = pytest.mark.unit

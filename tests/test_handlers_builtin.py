@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jobq.daemon import execution
+from jobq.handlers import execution
 from jobq.handlers import builtin, registry
 from jobq.handlers.registry import load
 from jobq.job import Job

@@ -16,7 +16,8 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids_of_session
-from jobq import locks, queries
+from jobq import queries
+from jobq.store import locks
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.scale]

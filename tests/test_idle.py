@@ -1,6 +1,6 @@
 import pytest
 
-from jobq.daemon import idle
+from jobq.daemon.boards import idle
 
 pytestmark = pytest.mark.unit
 

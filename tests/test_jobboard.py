@@ -5,8 +5,8 @@ import struct
 
 import pytest
 
-from jobq.daemon.jobboard import JobBoard
-from jobq.daemon.reports import Started
+from jobq.daemon.boards.jobs import JobBoard
+from jobq.daemon.messages import Started
 
 pytestmark = pytest.mark.unit
 

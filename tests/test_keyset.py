@@ -12,7 +12,8 @@ import pytest
 
 import jobq
 from api_support import assert_error
-from jobq import keyset, queries
+from jobq import queries
+from jobq.jobs import cursors
 from jobq.errors import InvalidArgument
 
 pytestmark = pytest.mark.dashboard
@@ -94,14 +95,14 @@ def test_before_starts_right_after_a_job(conn):
 
 def test_a_cursor_is_opaque_and_anything_else_is_refused_naming_it():
     moment = datetime(2026, 3, 29, 1, 0, 0, 123456, tzinfo=timezone.utc)
-    token = keyset.encode(moment, 2**63 - 1)
-    assert keyset.decode(token) == (moment, 2**63 - 1)
+    token = cursors.encode(moment, 2**63 - 1)
+    assert cursors.decode(token) == (moment, 2**63 - 1)
     assert token.isascii() and "=" not in token and "/" not in token and "+" not in token
     raw = [json.dumps(v).encode() for v in (["2026-01-01T00:00:00", 1], ["2026-01-01T00:00:00+00:00", 0],
                                             ["2026-01-01T00:00:00+00:00", True], ["soon", 1], [1, 2], {"a": 1}, [1])]
     for bad in ["", "x", "!!!!", "a" * 201, 7, None, *(base64.urlsafe_b64encode(r).decode() for r in raw)]:
         with pytest.raises(InvalidArgument) as refused:
-            keyset.decode(bad)
+            cursors.decode(bad)
         assert refused.value.field == "cursor"
 
 
@@ -157,7 +158,7 @@ def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
                                         ({"type": "y"}, "jobs_type_created_idx", "jobs_live_type_created_idx"),
                                         ({"status": "dead"}, "jobs_dead_created_idx", None)):
         deep = jobq.list_jobs(limit=limit, offset=18_000, **criteria)  # the depth of 90 % of 20,000 dead ones
-        cursor = keyset.decode(deep.next_cursor)
+        cursor = cursors.decode(deep.next_cursor)
         page = jobq.list_jobs(limit=limit, cursor=deep.next_cursor, **criteria)
         assert [j.id for j in page.items] == [j.id for j in jobq.list_jobs(limit=limit, offset=18_050, **criteria).items]
         where = " AND ".join([queries.JOB_LIST_FILTERS[name] for name in criteria] + [queries.JOB_LIST_AFTER])

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 
 import jobq
-from jobq import claims
+from jobq.jobs import leases
 from jobq.errors import InvalidArgument, JobNotDeletable, JobNotFound
 from support import claim, complete, drain, fail, settle
 
@@ -53,7 +53,7 @@ def mixed(conn):
     jobq.enqueue("always_fail", max_retries=0, queue="q", conn=conn)
     drain(conn, queues=["q"])
     jobq.enqueue_many([{"type": "echo", "queue": "r"}] * 2, conn=conn)
-    claims.start(conn, claim(conn, 1, ["r"]), [0.0]).result()
+    leases.start(conn, claim(conn, 1, ["r"]), [0.0]).result()
     claim(conn, 1, ["r"])
     jobq.enqueue_many([{"type": "echo"}, {"type": "noop"}], conn=conn)
 
@@ -124,7 +124,7 @@ def test_counters_are_exact_after_a_mixed_run(conn):
             pending = jobq.list_jobs(status="pending", limit=1, conn=conn).items
             if pending:
                 jobq.delete(pending[0].id, conn=conn)
-    claims.start(conn, (running := claim(conn, 3)), [0.0] * len(running)).result()
+    leases.start(conn, (running := claim(conn, 3)), [0.0] * len(running)).result()
     counts = jobq.counts(conn=conn)
     assert {k: v for k, v in counts.depth.items() if v} == actual_depth(conn)
     assert counts.totals["enqueued_total"] == enqueued

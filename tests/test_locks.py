@@ -1,6 +1,6 @@
 import pytest
 
-from jobq import locks
+from jobq.store import locks
 
 pytestmark = pytest.mark.unit
 

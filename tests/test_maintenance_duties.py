@@ -10,7 +10,7 @@ import os
 import pytest
 
 import jobq
-from jobq.daemon.maintenance import ERROR_COUNTER, Duty, Maintenance
+from jobq.daemon.maintenance.duties import ERROR_COUNTER, Duty, Maintenance
 from jobq.settings import Settings
 
 pytestmark = [pytest.mark.db, pytest.mark.reaper]
@@ -37,7 +37,7 @@ def test_a_failing_duty_is_logged_counted_and_run_again_next_pass_while_the_othe
         return 0
 
     maintenance.duties = [Duty("failing", 0.0, failing), Duty("next", 0.0, lambda c: ran.append("next") or 0)]
-    with caplog.at_level(logging.ERROR, logger="jobq.daemon.maintenance"):
+    with caplog.at_level(logging.ERROR, logger="jobq.daemon.maintenance.duties"):
         maintenance.lead()
         maintenance.lead()  # the next pass: the failed duty is due again
     assert maintenance.leader and maintenance.conn is not None and not maintenance.conn.closed

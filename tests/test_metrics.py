@@ -5,9 +5,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobq
-from jobq import claims, metrics, metrics_samples
-from jobq.daemon import presence, reaper, reports
-from jobq.retention import prune
+from jobq.jobs import leases
+from jobq.observe import metrics
+from jobq.observe import samples as metrics_samples
+from jobq.daemon import presence
+from jobq.daemon.maintenance import reaper
+from jobq.daemon import messages
+from jobq.store.retention import prune
 from jobq.settings import Settings
 from support import LOCK_BASE, claim, complete, fail
 
@@ -42,16 +46,16 @@ def known(conn, database_url):
     # 1 claimed, 1 running
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     first, _ = claim(conn, 2)
-    claims.start(conn, [first], [0.0]).result()
+    leases.start(conn, [first], [0.0]).result()
     # lost workers: a claimed job taken back by the reaper, a running job timed out
     with psycopg.connect(database_url, autocommit=True) as lost:
         jobq.enqueue_many([{"type": "noop", "priority": 10}] * 2, conn=conn)
         taken_back, timed_out = claim(lost, 2, worker_id="gone:1:x")
-        claims.start(lost, [timed_out], [0.0]).result()
+        leases.start(lost, [timed_out], [0.0]).result()
         lost_pid = lost.info.backend_pid
     while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (lost_pid,)).fetchone():
         pass
-    gone = reports.Gone("gone:1:x", timed_out.job.id, timed_out.lease, "timeout", 5, "")
+    gone = messages.Gone("gone:1:x", timed_out.job.id, timed_out.lease, "timeout", 5, "")
     reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
     conn.execute("UPDATE jobs SET run_at = now() + interval '1 hour' WHERE id = %s", (taken_back.job.id,))
     # pending: one due in mail for 10 s, one far in the future

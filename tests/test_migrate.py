@@ -4,8 +4,8 @@ import psycopg
 import pytest
 
 from jobq.errors import SchemaTooNew, SchemaTooOld
-from jobq import migrate as migrate_module
-from jobq.migrate import Migration, applied_version, available, check_schema, migrate, required_version
+from jobq.store import migrate as migrate_module
+from jobq.store.migrate import Migration, applied_version, available, check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import run_cli
 

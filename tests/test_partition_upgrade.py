@@ -13,7 +13,7 @@ import pytest
 import jobq
 from jobq import queries
 from jobq.errors import ConversionNeeded
-from jobq.migrate import check_schema, migrate
+from jobq.store.migrate import check_schema, migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import run_cli
 

@@ -9,7 +9,8 @@ import pytest
 
 import jobq
 from daemon import wait_for
-from jobq import partitions, queries
+from jobq import queries
+from jobq.store import partitions
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.scale]
 

@@ -1,4 +1,4 @@
-"""Slot arithmetic (jobq.cron) and declarations (jobq.periodic): no database."""
+"""Slot arithmetic (jobq.schedules.cron) and declarations (jobq.periodic): no database."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 import jobq
-from jobq import declarations as periodic_module
-from jobq.cron import Cron, CronError
+from jobq.schedules import declarations as periodic_module
+from jobq.schedules.cron import Cron, CronError
 from jobq.errors import InvalidArgument
 
 pytestmark = [pytest.mark.unit, pytest.mark.schedules]

@@ -17,8 +17,10 @@ import pytest
 
 import jobq
 from daemon import wait_for
-from jobq import claims, planning, queries
-from jobq.migrate import migrate
+from jobq import queries
+from jobq.jobs import leases
+from jobq.store import statistics
+from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import LOCK_BASE, claim, complete
 
@@ -138,13 +140,13 @@ def unanalysed_backlog(empty_database):
 
 def claim_plan(conn) -> str:
     params = {"queues": ["default"], "worker_id": "plans:1:x", "lock_base": LOCK_BASE}
-    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + claims.claim_statement(50), params))
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + leases.claim_statement(50), params))
 
 
 def test_a_jobs_table_never_analysed_is_analysed_once_and_the_claim_reads_in_claim_order(unanalysed_backlog):
     with psycopg.connect(unanalysed_backlog, autocommit=True) as conn:
-        assert wait_for(lambda: planning.analyse_if_stale(conn), 10, "the table seen unanalysed") == 1
-        assert planning.analyse_if_stale(conn) == 0  # once
+        assert wait_for(lambda: statistics.analyse_if_stale(conn), 10, "the table seen unanalysed") == 1
+        assert statistics.analyse_if_stale(conn) == 0  # once
         plan = claim_plan(conn)
     assert "jobs_pending_claim_idx" in plan, plan
 
@@ -165,11 +167,11 @@ def test_statistics_taken_of_an_empty_live_partition_are_renewed_once_a_backlog_
         migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
         conn.execute("ALTER TABLE jobs_live SET (autovacuum_enabled = off)")
         conn.execute("ANALYZE jobs_live")  # a drained queue, analysed: the planner counts 0
-        assert planning.analyse_if_stale(conn) == 0
+        assert statistics.analyse_if_stale(conn) == 0
         for _ in range(20):
             jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
-        assert planning.analyse_if_stale(conn) == 1
-        assert planning.analyse_if_stale(conn) == 0  # told: nothing more to do
+        assert statistics.analyse_if_stale(conn) == 1
+        assert statistics.analyse_if_stale(conn) == 0  # told: nothing more to do
         (counted,) = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'jobs_live'").fetchone()
         assert counted == 20_000
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import jobq
+from jobq.store import connections
 from support import claim
 
 pytestmark = [pytest.mark.db, pytest.mark.control]
@@ -35,15 +36,18 @@ def module(name: str, text: str) -> types.ModuleType:
 
 @pytest.fixture
 def previous_ledger(monkeypatch):
-    """jobq/ledger.py of the previous release, over its own job.py and queries.py (the
+    """jobq/jobs/ledger.py of the previous release, over its own job.py and queries.py (the
     rest, unchanged since, is today's)."""
     for name in ("previous.job", "previous.queries", "previous.ledger"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     job, queries = module("previous.job", source("jobq/job.py")), module("previous.queries", source("jobq/queries.py"))
     assert job.STATUSES == SIX
     monkeypatch.setitem(sys.modules, "jobq.job", job)
-    monkeypatch.setattr(jobq, "queries", queries)
-    ledger = module("previous.ledger", source("jobq/ledger.py"))
+    # It imports the modules by their names then: jobq.queries and jobq.db (today
+    # jobq.store.sql and jobq.store.connections), given to it here under those names.
+    monkeypatch.setattr(jobq, "queries", queries, raising=False)
+    monkeypatch.setitem(sys.modules, "jobq.db", connections)
+    ledger = module("previous.ledger", source("jobq/jobs/ledger.py"))
     monkeypatch.undo()
     yield ledger
     for name in ("previous.job", "previous.queries", "previous.ledger"):

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import jobq
-from jobq import queues
+from jobq.jobs import queues
 
 pytestmark = [pytest.mark.db, pytest.mark.control]
 

@@ -1,4 +1,4 @@
-"""Pausing and resuming queues (jobq.queues), against the real database: the claim and
+"""Pausing and resuming queues (jobq.jobs.queues), against the real database: the claim and
 the idle timer leave paused queues out, the pause is announced and audited, and
 listing shows every queue known."""
 
@@ -10,7 +10,9 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims, queries, queues
+from jobq import queries
+from jobq.jobs import leases
+from jobq.jobs import queues
 from jobq.errors import InvalidArgument
 from support import LOCK_BASE, claim, run_cli, settle
 
@@ -42,11 +44,11 @@ def test_a_paused_queue_is_not_claimed_while_the_others_are(conn):
 def test_the_idle_timer_leaves_paused_queues_out(conn):
     jobq.enqueue("noop", queue="held", conn=conn)
     queues.pause("held", conn=conn)
-    assert claims.next_run_in(conn, ["held"]).result() is None  # nothing to wake up for: no spinning
+    assert leases.next_run_in(conn, ["held"]).result() is None  # nothing to wake up for: no spinning
     jobq.enqueue("noop", queue="served", conn=conn)
-    assert claims.next_run_in(conn, ["held", "served"]).result() <= 0
+    assert leases.next_run_in(conn, ["held", "served"]).result() <= 0
     queues.resume("held", conn=conn)
-    assert claims.next_run_in(conn, ["held"]).result() <= 0
+    assert leases.next_run_in(conn, ["held"]).result() <= 0
 
 
 def test_a_queue_can_be_paused_before_it_has_a_job_and_stays_paused(conn):
@@ -160,7 +162,7 @@ def test_the_claim_checks_each_queue_once_and_still_walks_the_pending_index(conn
     conn.execute("ANALYZE jobq_queues")
     with conn.transaction(force_rollback=True):
         (plan,) = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + claims.claim_statement(10),
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + leases.claim_statement(10),
             {"queues": ["q9", "q19", "q3"], "worker_id": "w", "lock_base": LOCK_BASE},
         ).fetchone()[0]
     nodes = list(walk(plan["Plan"]))
@@ -196,7 +198,8 @@ def test_the_cli_pauses_lists_and_resumes(conn, database_url):
 
 
 def test_inspect_marks_the_paused_queues(conn):
-    from jobq import inspection, inspect_view
+    from jobq.observe import inspection
+    from jobq.cli import inspect_view
     from rich.console import Console
 
     jobq.enqueue("noop", queue="mail", conn=conn)

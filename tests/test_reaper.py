@@ -6,9 +6,11 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims
-from jobq.daemon import presence, reaper, reports
-from jobq.daemon.finished import Finished
+from jobq.jobs import leases
+from jobq.daemon import presence
+from jobq.daemon.maintenance import reaper
+from jobq.daemon import messages
+from jobq.daemon.boards.finished import Finished
 from jobq.settings import Settings
 from daemon import wait_for
 from support import LOCK_BASE, advisory_locks, claim
@@ -43,7 +45,7 @@ def age_heartbeats(conn, seconds: float = 60) -> None:
 def test_stale_jobs_of_a_live_session_are_never_reclaimed(conn, worker_session):
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     running, _ = claim(worker_session, 2)
-    claims.start(worker_session, [running], [0.0]).result()
+    leases.start(worker_session, [running], [0.0]).result()
     age_heartbeats(conn)
     assert reaper.reap_stale(conn, SETTINGS, LOCK_BASE).changed == 0
     assert {job.status for job in jobq.list_jobs(conn=conn).items} == {"claimed", "running"}
@@ -52,7 +54,7 @@ def test_stale_jobs_of_a_live_session_are_never_reclaimed(conn, worker_session):
 def test_stale_jobs_of_a_gone_session_are_reclaimed_by_their_state(conn, worker_session):
     jobq.enqueue_many([{"type": "noop", "max_retries": 3}, {"type": "noop", "max_retries": 0}, {"type": "noop"}], conn=conn)
     first, second, third = claim(worker_session, 3)
-    claims.start(worker_session, [first, second], [0.0, 0.0]).result()
+    leases.start(worker_session, [first, second], [0.0, 0.0]).result()
     end_session(worker_session, conn)  # the worker's session ends: its advisory locks are gone
     age_heartbeats(conn)
     recovered = reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
@@ -90,7 +92,7 @@ def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, datab
     for _ in range(3):
         conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job.id,))
         doomed = psycopg.connect(database_url, autocommit=True)
-        claims.start(doomed, claim(doomed, 1), [0.0]).result()
+        leases.start(doomed, claim(doomed, 1), [0.0]).result()
         end_session(doomed, conn)
         age_heartbeats(conn)
         reaper.reap_stale(conn, SETTINGS, LOCK_BASE)
@@ -106,9 +108,9 @@ def test_a_job_that_kills_every_worker_ends_in_the_dead_letter_table(conn, datab
 def test_a_gone_workers_current_job_is_recovered_by_why_it_is_gone(conn, worker_session, kind, status, error):
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     current, queued = claim(worker_session, 2, worker_id="host:1:abc")
-    claims.start(worker_session, [current], [0.0]).result()
+    leases.start(worker_session, [current], [0.0]).result()
     end_session(worker_session, conn)
-    gone = reports.Gone("host:1:abc", current.job.id, current.lease, kind, 7, "exit code 1")
+    gone = messages.Gone("host:1:abc", current.job.id, current.lease, kind, 7, "exit code 1")
     recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
     assert recovered.busy == 0
     row = jobq.get(current.job.id, conn=conn)
@@ -124,7 +126,7 @@ def test_the_jobs_a_gone_worker_had_finished_are_recorded_done_under_their_lease
     done, stale, current, queued = claim(worker_session, 4, worker_id="host:5:abc")
     end_session(worker_session, conn)
     finished = (Finished(done.job.id, done.lease, 0.25, '{"n": 1}'), Finished(stale.job.id, stale.lease + 1, 0.5, None))
-    gone = reports.Gone("host:5:abc", current.job.id, current.lease, "crash", 7, "killed by signal 9", finished)
+    gone = messages.Gone("host:5:abc", current.job.id, current.lease, "crash", 7, "killed by signal 9", finished)
     recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
     assert (recovered.completed, recovered.released, recovered.retried, recovered.busy) == (1, 2, 1, 0)
     row = jobq.get(done.job.id, conn=conn)
@@ -148,7 +150,7 @@ def test_a_recovery_whose_write_fails_lets_go_of_the_locks_it_took_and_succeeds_
     jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
     current, finished = claim(worker_session, 2, worker_id="host:6:abc")
     end_session(worker_session, conn)
-    gone = reports.Gone("host:6:abc", current.job.id, current.lease, "crash", 7, "exit code 1",
+    gone = messages.Gone("host:6:abc", current.job.id, current.lease, "crash", 7, "exit code 1",
                         (Finished(finished.job.id, finished.lease, 0.1, None),))
     conn.execute(REFUSE_UPDATES)
     try:
@@ -166,7 +168,7 @@ def test_a_recovery_whose_write_fails_lets_go_of_the_locks_it_took_and_succeeds_
 def test_recovering_a_worker_whose_session_lives_touches_nothing(conn, worker_session):
     jobq.enqueue("noop", conn=conn)
     (current,) = claim(worker_session, 1, worker_id="host:2:abc")
-    gone = reports.Gone("host:2:abc", current.job.id, current.lease, "crash", 0, "exit code 1")
+    gone = messages.Gone("host:2:abc", current.job.id, current.lease, "crash", 0, "exit code 1")
     recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
     assert recovered.busy == 1 and recovered.changed == 0
     assert jobq.get(current.job.id, conn=conn).status == "claimed"

@@ -6,8 +6,10 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims, partitions, queries
-from jobq.retention import prune, prune_dead_letters
+from jobq import queries
+from jobq.jobs import leases
+from jobq.store import partitions
+from jobq.store.retention import prune, prune_dead_letters
 from daemon import scalar, wait_for
 from support import LOCK_BASE, claim, complete, drain, run_cli
 
@@ -172,7 +174,7 @@ def test_a_drop_waits_for_a_reader_of_jobs_in_short_tries_and_completions_go_thr
 def test_a_write_that_meets_a_job_moved_meanwhile_fails_and_sent_again_is_a_stale_write(conn, database_url):
     """A job cancelled by an operator while its worker records its outcome: the row
     moves to jobs_finished under the operator's commit, and the worker's update, which
-    waited for it, fails (40001) rather than follow the row there. claims.changed_meanwhile
+    waited for it, fails (40001) rather than follow the row there. leases.changed_meanwhile
     tells the worker's session to send it again; sent again, it is a stale write."""
     job = jobq.enqueue("noop", conn=conn)
     (claimed,) = claim(conn)
@@ -180,7 +182,7 @@ def test_a_write_that_meets_a_job_moved_meanwhile_fails_and_sent_again_is_a_stal
 
     def write() -> None:
         try:
-            claims.complete(conn, [claimed], ['{"ok":true}'], [0.0], lock_base=LOCK_BASE).result()
+            leases.complete(conn, [claimed], ['{"ok":true}'], [0.0], lock_base=LOCK_BASE).result()
         except psycopg.Error as exc:
             failed.append(exc)
 
@@ -196,7 +198,7 @@ def test_a_write_that_meets_a_job_moved_meanwhile_fails_and_sent_again_is_a_stal
         )
     writer.join(10)
     assert len(failed) == 1 and isinstance(failed[0], psycopg.errors.SerializationFailure), failed
-    assert claims.changed_meanwhile(failed[0])
+    assert leases.changed_meanwhile(failed[0])
     assert complete(conn, [claimed]) == {claimed.job_id}  # sent again: rejected, a stale lease
     assert jobq.get(job.id, conn=conn).status == "cancelled"
 

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from jobq.retries import retry_delay
+from jobq.handlers.backoff import retry_delay
 
 pytestmark = pytest.mark.unit
 

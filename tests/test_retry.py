@@ -5,8 +5,8 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import claims
-from jobq.retries import retry_delay
+from jobq.jobs import leases
+from jobq.handlers.backoff import retry_delay
 from jobq.handlers.registry import register
 from support import LOCK_BASE, advisory_locks, claim, drain, fail
 
@@ -104,7 +104,7 @@ def test_dead_letter_copy_is_never_duplicated_by_racing_writers(conn, database_u
     def write():
         with psycopg.connect(database_url, autocommit=True) as own:
             barrier.wait()
-            outcomes.append(fail(own, [claims.Claim(claimed.job, claimed.lease, False)]))
+            outcomes.append(fail(own, [leases.Claim(claimed.job, claimed.lease, False)]))
 
     threads = [threading.Thread(target=write) for _ in range(4)]
     for thread in threads:
@@ -114,7 +114,7 @@ def test_dead_letter_copy_is_never_duplicated_by_racing_writers(conn, database_u
     recorded = [failures for failures, rejected in outcomes if failures]
     assert len(recorded) == 1
     assert conn.execute("SELECT count(*) FROM dead_letter_jobs WHERE original_id = %s", (job.id,)).fetchone()[0] == 1
-    claims.release(conn, [claimed], lock_base=LOCK_BASE).result()  # drop our advisory lock
+    leases.release(conn, [claimed], lock_base=LOCK_BASE).result()  # drop our advisory lock
     assert advisory_locks(conn) == {}
 
 
@@ -127,7 +127,7 @@ def test_a_handlers_max_retries_replaces_the_jobs(conn):
     runs = 0
     while claimed := claim(conn):
         runs += 1
-        claims.fail(
+        leases.fail(
             conn, claimed, ["no"], [0.0], [0.0], max_retries=[1], lock_base=LOCK_BASE
         ).result()
     assert runs == 2 and jobq.get(job.id, conn=conn).status == "dead"

@@ -1,4 +1,4 @@
-"""The per-minute rollup (jobq.rollup, table jobq_minutes): what the leader writes for a
+"""The per-minute rollup (jobq.observe.rollup, table jobq_minutes): what the leader writes for a
 minute from the jobs that finished in it and the counter samples, once per minute
 whatever the number of leaders, the minutes it catches up, its retention, the series
 the dashboard reads (gaps filled), and GET /stats."""
@@ -12,7 +12,7 @@ import pytest
 
 from api_support import assert_error
 from daemon import wait_for
-from jobq import rollup
+from jobq.observe import rollup
 from jobq.errors import ConfigError, InvalidArgument
 from jobq.settings import Settings
 

@@ -1,5 +1,5 @@
-"""Stored schedules against a real PostgreSQL: declaring (jobq.schedules.declare), firing
-(jobq.firing.fire_due, the leader's transaction), and the operator's functions."""
+"""Stored schedules against a real PostgreSQL: declaring (jobq.schedules.stored.declare), firing
+(jobq.daemon.maintenance.firing.fire_due, the leader's transaction), and the operator's functions."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import firing, schedules
-from jobq.cron import Cron
+from jobq.daemon.maintenance import firing
+from jobq.schedules import stored as schedules
+from jobq.schedules.cron import Cron
 from jobq.daemon import presence
-from jobq.declarations import Periodic, _build
+from jobq.schedules.declarations import Periodic, _build
 from jobq.settings import DEFAULT_STALE_THRESHOLD
 from support import claim, complete
 
@@ -98,7 +99,7 @@ def test_declaring_again_unchanged_changes_nothing_and_a_changed_definition_wins
 
 def test_a_conflicting_definition_on_another_live_worker_is_logged(sched, caplog):
     declare(sched, spec(), worker="old")
-    with caplog.at_level("WARNING", logger="jobq.schedules"):
+    with caplog.at_level("WARNING", logger="jobq.schedules.stored"):
         declare(sched, spec(payload={"n": 2}), worker="new")
     assert "schedule.conflict name=tick" in caplog.text and "other_workers=1" in caplog.text
     assert schedules.get("tick", conn=sched).payload == {"n": 2}
@@ -144,7 +145,7 @@ def test_catch_up_all_keeps_the_latest_slots_up_to_the_cap_and_logs_it(sched, ca
     cron = far_from_now(sched)
     declare(sched, spec(cron=cron, catch_up="all"))
     missed = seed_missed(sched, "tick", cron, 5)
-    with caplog.at_level("WARNING", logger="jobq.firing"):
+    with caplog.at_level("WARNING", logger="jobq.daemon.maintenance.firing"):
         fire(sched, catch_up_max=2)
     assert [row[0] for row in jobs_of(sched, "tick")] == missed[-2:]
     assert "schedule.catch_up_capped name=tick fired=2" in caplog.text
@@ -236,7 +237,7 @@ def test_an_orphaned_or_paused_schedule_does_not_fire_and_resumes_by_its_policy(
 def test_a_stored_expression_the_leader_cannot_read_waits_an_hour_instead_of_spinning(sched, caplog):
     declare(sched, spec())
     sched.execute("UPDATE jobq_schedules SET cron = '0 99 * * *', next_run_at = now() - interval '1 minute'")
-    with caplog.at_level("ERROR", logger="jobq.firing"):
+    with caplog.at_level("ERROR", logger="jobq.daemon.maintenance.firing"):
         assert fire(sched) == firing.Fired()
     assert "schedule.unreadable name=tick" in caplog.text
     assert 3590 < firing.seconds_until_due(sched, stale_seconds=STALE) <= 3600

@@ -9,8 +9,9 @@ import psycopg
 import pytest
 
 from daemon import scalar, wait_for
-from jobq import firing, schedules
-from jobq.cron import Cron
+from jobq.daemon.maintenance import firing
+from jobq.schedules import stored as schedules
+from jobq.schedules.cron import Cron
 from jobq.settings import DEFAULT_STALE_THRESHOLD
 from schedules_for_tests import VARIABLE, entry, parse
 

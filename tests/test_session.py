@@ -9,9 +9,10 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for
-from jobq import claims, queries
-from jobq.daemon.batch import Hand
-from jobq.daemon.session import ClaimSession
+from jobq import queries
+from jobq.jobs import leases
+from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.session import ClaimSession
 from support import LOCK_BASE, advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
@@ -27,7 +28,7 @@ def session(database_url, conn):
     hand = Hand()
     s = ClaimSession(database_url, worker_id=WORKER, lock_base=LOCK_BASE, stopping=threading.Event(), hand=hand)
     s.connect()
-    claimed = s.run(lambda c, _: claims.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
+    claimed = s.run(lambda c, _: leases.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
     hand.hold(claimed)
     yield s, claimed[0]
     s.close()
@@ -70,7 +71,7 @@ def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending
     kill_backends(conn)
     with psycopg.connect(database_url) as recovering:  # maintenance releasing the job: unlocked, not committed
         recovering.execute("SELECT pg_advisory_lock(%s)", (LOCK_BASE | claim.job_id,))
-        claims.release(recovering, [claim], lock_base=LOCK_BASE).result()
+        leases.release(recovering, [claim], lock_base=LOCK_BASE).result()
         thread, result = in_background(lambda: s.run(ping))
         wait_for(lambda: waiting_on_a_row_lock(conn), 10, "the re-lock waiting for the release to commit")
         recovering.commit()
@@ -83,13 +84,13 @@ def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending
 def test_jobs_given_back_while_the_session_was_gone_are_let_go_not_run(session, conn, database_url):
     s, first = session
     jobq.enqueue("noop", conn=conn)
-    second = s.run(lambda c, _: claims.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
+    second = s.run(lambda c, _: leases.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
     s.hand.hold(second)
     s.hand.line_up([first, *second])
     kill_backends(conn)
     with psycopg.connect(database_url) as reaping:  # another host's stale reaper
         reaping.execute("SELECT pg_advisory_lock(%s)", (LOCK_BASE | second[0].job_id,))
-        claims.release(reaping, second, lock_base=LOCK_BASE).result()
+        leases.release(reaping, second, lock_base=LOCK_BASE).result()
     assert s.run(ping) == "ran"
     assert [c.job_id for c in s.hand.held()] == [first.job_id]  # re-locked, still to run
     assert s.hand.start_next() == s.hand.presented(first) and s.hand.start_next() is None
@@ -115,7 +116,7 @@ def test_a_connection_lost_while_relocking_is_retried_not_raised(session, conn, 
 def test_an_error_without_a_server_state_or_of_a_session_ended_by_the_server_is_a_lost_connection():
     from psycopg import errors
 
-    from jobq.daemon.session import connection_lost
+    from jobq.daemon.worker.session import connection_lost
 
     # psycopg's own "cannot exit pipeline mode while busy", raised when the backend was
     # terminated mid-pipeline before libpq noticed the connection's end: no SQLSTATE.

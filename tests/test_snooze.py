@@ -5,7 +5,7 @@ import pytest
 
 import jobq
 from daemon import wait_for
-from jobq import claims
+from jobq.jobs import leases
 
 pytestmark = [pytest.mark.retry]
 
@@ -44,8 +44,8 @@ def test_past_the_most_snoozes_a_snooze_is_a_failed_run(ledger, daemon):
 def test_a_snooze_under_a_stale_lease_changes_nothing(ledger):
     job = jobq.enqueue("noop", conn=ledger)
     with psycopg.connect(ledger.info.dsn, autocommit=True) as worker:
-        (held,) = claims.claim(worker, ["default"], worker_id="test:1:x", limit=1, lock_base=0).result()
+        (held,) = leases.claim(worker, ["default"], worker_id="test:1:x", limit=1, lock_base=0).result()
         jobq.cancel(job.id, conn=ledger)  # the cancel replaced the lease
-        assert claims.snooze(worker, [held], [0.0], lock_base=0).result() == {job.id}
+        assert leases.snooze(worker, [held], [0.0], lock_base=0).result() == {job.id}
     after = jobq.get(job.id, conn=ledger)
     assert (after.status, after.snoozes) == ("cancelled", 0)

@@ -14,12 +14,12 @@ import time
 
 import pytest
 
-from jobq.daemon import reports
-from jobq.daemon.jobboard import JobBoard
+from jobq.daemon import messages as reports
+from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, System
 from jobq.daemon.supervisor import EXIT_HALTED, Halt, Supervisor
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK
+from jobq.daemon.worker.loop import EXIT_BOOT_ERROR, EXIT_OK
 from jobq.settings import Settings
 
 pytestmark = [pytest.mark.unit, pytest.mark.daemon]

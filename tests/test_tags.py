@@ -8,7 +8,7 @@ import pytest
 import jobq
 from api_support import assert_error
 from jobq.errors import InvalidArgument
-from jobq.submit import submit_reserved
+from jobq.jobs.submit import submit_reserved
 from jobq.spec import parse_specs
 
 pytestmark = [pytest.mark.control, pytest.mark.db]

@@ -16,10 +16,10 @@ import pytest
 import jobq
 from api_support import assert_error
 from daemon import wait_for
-from jobq import claims
-from jobq.daemon import reaper
-from jobq.daemon.batch import Hand
-from jobq.daemon.session import ClaimSession
+from jobq.jobs import leases
+from jobq.daemon.maintenance import reaper
+from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.session import ClaimSession
 from jobq.settings import Settings
 from support import LOCK_BASE, advisory_locks, claim
 from web_server import WebServer
@@ -180,7 +180,7 @@ def test_eight_concurrent_enqueuers_make_exactly_one_job_per_scope_window(databa
 # -- a job coming back to pending, on each path ---------------------------------------------
 
 
-def keyed_claim(conn, worker, scope: str = "pending") -> tuple[claims.Claim, jobq.Job]:
+def keyed_claim(conn, worker, scope: str = "pending") -> tuple[leases.Claim, jobq.Job]:
     """A job with a key in ``scope``, claimed by ``worker``, and the newcomer that took the
     key while it was out of its scope."""
     key = new_key()
@@ -204,7 +204,7 @@ def test_a_retry_whose_key_was_taken_is_superseded_and_the_rest_of_its_batch_is_
                       conn=ledger)
     others = claim(worker_session, 2)
     batch = [held, *others]
-    failures, rejected = claims.fail(
+    failures, rejected = leases.fail(
         worker_session, batch, ["boom"] * 3, [0.0] * 3, [0.0] * 3, lock_base=LOCK_BASE
     ).result()
     assert rejected == set()
@@ -216,19 +216,19 @@ def test_a_retry_whose_key_was_taken_is_superseded_and_the_rest_of_its_batch_is_
 
 def test_a_snooze_whose_key_was_taken_is_superseded(ledger, worker_session):
     held, newcomer = keyed_claim(ledger, worker_session)
-    assert claims.snooze(worker_session, [held], [5.0], lock_base=LOCK_BASE).result() == set()
+    assert leases.snooze(worker_session, [held], [5.0], lock_base=LOCK_BASE).result() == set()
     assert_superseded(ledger, held.job_id, newcomer.id)
 
 
 def test_a_give_back_whose_key_was_taken_is_superseded(ledger, worker_session):
     held, newcomer = keyed_claim(ledger, worker_session)
-    assert claims.release(worker_session, [held], lock_base=LOCK_BASE).result() == set()
+    assert leases.release(worker_session, [held], lock_base=LOCK_BASE).result() == set()
     assert_superseded(ledger, held.job_id, newcomer.id)
 
 
 def test_an_orphan_released_after_a_reconnect_whose_key_was_taken_is_superseded(ledger, worker_session):
     held, newcomer = keyed_claim(ledger, worker_session)
-    assert claims.release_orphans(ledger, "test", []) == [held.job_id]
+    assert leases.release_orphans(ledger, "test", []) == [held.job_id]
     assert jobq.get(held.job_id, conn=ledger).status == "cancelled"
 
 
@@ -238,7 +238,7 @@ def test_a_reclaim_whose_key_was_taken_is_superseded(ledger, database_url, start
     worker = psycopg.connect(database_url, autocommit=True)
     held, newcomer = keyed_claim(ledger, worker)
     if started:
-        claims.start(worker, [held], [0.0]).result()
+        leases.start(worker, [held], [0.0]).result()
     worker.close()  # the worker's session ends, and its locks with it
     wait_for(lambda: held.job_id not in advisory_locks(ledger), 10, "the worker's lock gone")
     ledger.execute("UPDATE jobs SET heartbeat_at = now() - interval '1 minute'")
@@ -259,7 +259,7 @@ def test_a_dead_job_put_back_by_hand_whose_key_was_taken_is_superseded(ledger):
 def test_a_job_whose_scope_it_never_left_comes_back_to_pending(ledger, worker_session):
     jobq.enqueue("noop", idempotency_key=new_key(), unique_while="active", conn=ledger)
     (held,) = claim(worker_session, 1)
-    assert claims.release(worker_session, [held], lock_base=LOCK_BASE).result() == set()
+    assert leases.release(worker_session, [held], lock_base=LOCK_BASE).result() == set()
     assert jobq.get(held.job_id, conn=ledger).status == "pending"
 
 
@@ -274,13 +274,13 @@ def test_a_key_taken_by_an_insert_still_uncommitted_when_the_retry_is_written(le
     key = new_key()
     jobq.enqueue("noop", idempotency_key=key, unique_while="pending", conn=ledger)
     jobq.enqueue("noop", conn=ledger)
-    held = session.run(lambda conn, _: claims.claim(
+    held = session.run(lambda conn, _: leases.claim(
         conn, ["default"], worker_id="test:1:race", limit=2, lock_base=LOCK_BASE).result())
     hand.hold(held)
     with psycopg.connect(database_url) as app:  # the application's transaction, left open
         newcomer = jobq.enqueue("noop", idempotency_key=key, unique_while="pending", conn=app)
         result: dict = {}
-        writer = threading.Thread(target=lambda: result.update(written=session.run(lambda conn, _: claims.fail(
+        writer = threading.Thread(target=lambda: result.update(written=session.run(lambda conn, _: leases.fail(
             conn, held, ["boom", "boom"], [0.0, 0.0], [0.0, 0.0], lock_base=LOCK_BASE).result())))
         writer.start()
         wait_for(lambda: ledger.execute(

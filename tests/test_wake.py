@@ -8,7 +8,7 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids
-from jobq.daemon.idle import IdleBoard
+from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.listener import Everyone, Listener
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]

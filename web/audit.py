@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobq import audit as trail
+from jobq.jobs import audit as trail
 from web.blueprints import resource
 from web.context import api
 from web.schemas import AuditPage, AuditQuery, Error

@@ -11,8 +11,8 @@ from flask import request
 from werkzeug.datastructures import WWWAuthenticate
 from werkzeug.exceptions import Unauthorized
 
-from jobq import audit
-from jobq.db import Connection
+from jobq.jobs import audit
+from jobq.store.connections import Connection
 
 
 def bearer_guard(
@@ -35,6 +35,6 @@ def bearer_guard(
 
 def request_actor(conn: Connection) -> str:
     """Who the current request acts as, for the audit trail: an HMAC of its bearer token
-    (:func:`jobq.audit.api_actor`), never the token."""
+    (:func:`jobq.jobs.audit.api_actor`), never the token."""
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     return audit.api_actor(conn, given.strip() if scheme.lower() == "bearer" else None)

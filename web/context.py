@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from flask import Flask, current_app
 
-from jobq.db import ProcessPool
-from jobq.group import GroupSubmitter
+from jobq.store.connections import ProcessPool
+from jobq.jobs.group_commit import GroupSubmitter
 from jobq.job import Job
 from jobq.settings import DEFAULT_API_STATEMENT_TIMEOUT, Settings
 from jobq.spec import JobSpec
-from jobq.submit import submit_many, submit_reserved
+from jobq.jobs.submit import submit_many, submit_reserved
 from web.pool import POOL_TIMEOUT, web_pool
 
 EXTENSION = "jobq"
@@ -27,12 +27,12 @@ class ApiContext:
     """Inserts the jobs of concurrent ``POST /jobs`` (without idempotency keys) together."""
 
     def submit_many(self, specs: list[JobSpec]) -> list[Job]:
-        """Insert jobs in one statement, with admission control; see :func:`jobq.submit.submit_many`."""
+        """Insert jobs in one statement, with admission control; see :func:`jobq.jobs.submit.submit_many`."""
         with self.database.connection() as conn:
             return [entry.job for entry in submit_many(specs, conn=conn, max_pending=self.settings.max_pending)]
 
     def submit_reserved(self, specs: list[JobSpec], ids: list[int] | None) -> list[Job]:
-        """The enqueuer's insert (:func:`jobq.submit.submit_reserved`): admission control
+        """The enqueuer's insert (:func:`jobq.jobs.submit.submit_reserved`): admission control
         for a first attempt, none for a retry that settles one (it was admitted)."""
         max_pending = self.settings.max_pending if ids is None else None
         with self.database.connection() as conn:

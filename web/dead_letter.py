@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import jobq
-from jobq.dead_letter import groups as dead_letter_groups
+from jobq.jobs.dead_letters import groups as dead_letter_groups
 from web import jsonio
 from web.context import api
 from web.blueprints import resource

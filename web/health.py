@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask_openapi3 import APIBlueprint, Tag
 
-from jobq.db import ping
+from jobq.store.connections import ping
 from web.context import api
 from web.blueprints import BEARER, GUARDED
 from web.schemas import Health

@@ -7,7 +7,7 @@ from flask import request
 
 import jobq
 from jobq.errors import InvalidArgument
-from jobq.submit import submit
+from jobq.jobs.submit import submit
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import header_parameters, resource

@@ -16,7 +16,7 @@ from flask import Flask, Request, Response, request
 from flask.json.provider import JSONProvider
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, UnsupportedMediaType
 
-from jobq.ledger import Page
+from jobq.jobs.ledger import Page
 
 
 class JsonProvider(JSONProvider):

@@ -1,5 +1,5 @@
 """``/metrics`` (JSON, the seed's fields) and ``/metrics/prometheus`` (the exposition
-format), both read from the database at request time by :func:`jobq.metrics.snapshot`.
+format), both read from the database at request time by :func:`jobq.observe.metrics.snapshot`.
 
 The Prometheus side is a custom collector on a registry of its own, so every Gunicorn
 worker serves the same database-wide values and no multiprocess directory is needed.
@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from jobq.metrics import Metrics, Quantiles, snapshot
+from jobq.observe.metrics import Metrics, Quantiles, snapshot
 from web.context import api
 from web.blueprints import resource
 from web.schemas import MetricsOut

@@ -3,14 +3,14 @@
 letter of a group), and ``GET /operations/{id}`` to follow one.
 
 A real run answers 202 at once with the operation, recorded and owned by a thread of
-this process (:func:`jobq.operations.start_in_background`); if the process goes away
+this process (:func:`jobq.jobs.operations.start_in_background`); if the process goes away
 first (a deploy), the daemon's maintenance leader finishes it. Each is audited under
 the request's actor.
 """
 
 from __future__ import annotations
 
-from jobq import operations as ops
+from jobq.jobs import operations as ops
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import resource

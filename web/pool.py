@@ -1,4 +1,4 @@
-"""The connection pool of one web process (a :class:`jobq.db.ProcessPool`, opened on
+"""The connection pool of one web process (a :class:`jobq.store.connections.ProcessPool`, opened on
 first use, after Gunicorn's fork).
 
 Connections are in autocommit mode: every library call the routes make is a single
@@ -13,13 +13,13 @@ crashed server's kernel closes the socket), and an idle connection's socket has
 nothing to read otherwise. Only a connection whose socket is readable costs a round
 trip to check, not every request. A server that vanished without a word (a lost
 host, a cut network path) sends nothing: the connection's keepalives end it within
-``JOBQ_DEAD_CONNECTION_TIMEOUT`` (:func:`jobq.db.dead_connection_parameters`), and
+``JOBQ_DEAD_CONNECTION_TIMEOUT`` (:func:`jobq.store.connections.dead_connection_parameters`), and
 its socket then reads as disturbed too.
 
 Every session runs its statements under a statement timeout
 (``JOBQ_API_STATEMENT_TIMEOUT``, 5 s by default): a statement that waits on a lock
 or a stuck server is cancelled by the server and the request answers 503, instead
-of holding its thread (and, through :mod:`jobq.group`, every request waiting on it).
+of holding its thread (and, through :mod:`jobq.jobs.group_commit`, every request waiting on it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import select
 
 from psycopg_pool import ConnectionPool
 
-from jobq.db import Connection, ProcessPool
+from jobq.store.connections import Connection, ProcessPool
 from jobq.settings import DEFAULT_API_STATEMENT_TIMEOUT
 
 POOL_MAX_SIZE = 8  # Gunicorn's threads per worker (deploy/gunicorn.conf.py): one each at most

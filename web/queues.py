@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from flask import request
 
-from jobq import queues as library
+from jobq.jobs import queues as library
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import resource

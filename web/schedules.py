@@ -3,7 +3,7 @@ actions take no body and are recorded in the audit trail under the request's act
 
 from __future__ import annotations
 
-from jobq import schedules as stored
+from jobq.schedules import stored
 from web.auth import request_actor
 from web.blueprints import resource
 from web.context import api

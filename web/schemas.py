@@ -15,14 +15,14 @@ from typing import Annotated, Any, Literal, get_type_hints
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 from pydantic import model_validator
 
-from jobq.audit import DEFAULT_LIMIT as AUDIT_DEFAULT_LIMIT
+from jobq.jobs.audit import DEFAULT_LIMIT as AUDIT_DEFAULT_LIMIT
 from jobq.errors import InvalidArgument
-from jobq.filters import MAX_IDS, JobFilter
+from jobq.jobs.filters import MAX_IDS, JobFilter
 from jobq.job import DeadLetter, Job
-from jobq.keyset import MAX_CURSOR_LENGTH
-from jobq.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
-from jobq.metrics import Metrics
-from jobq.operations import GROUP_ID_PATTERN, JOB_ACTIONS, check_job_action
+from jobq.jobs.cursors import MAX_CURSOR_LENGTH
+from jobq.jobs.ledger import DEFAULT_LIMIT, MAX_ID, MAX_LIMIT
+from jobq.observe.metrics import Metrics
+from jobq.jobs.operations import GROUP_ID_PATTERN, JOB_ACTIONS, check_job_action
 from jobq.spec import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_PRIORITY, MAX_TYPE_LENGTH, MIN_PRIORITY, JobSpec, check_text
 
 MAX_BATCH = 1000
@@ -91,7 +91,7 @@ class PageQuery(Parameters):
 
 
 class JobListQuery(PageQuery, JobFilter):
-    """A page of the jobs matching a filter (jobq.filters.JobFilter); ``ids`` repeats:
+    """A page of the jobs matching a filter (jobq.jobs.filters.JobFilter); ``ids`` repeats:
     ``?ids=3&ids=7``. Unknown parameters are ignored, as the seed's app ignored them."""
 
     model_config = ConfigDict(extra="ignore", frozen=False)

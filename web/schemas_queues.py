@@ -1,6 +1,6 @@
 """The request and response models of ``/queues`` and ``/dead-letter/groups`` (kept apart
 from web/schemas.py, which holds the job ledger's). Request models validate exactly what
-:mod:`jobq.queues` accepts; response models only document."""
+:mod:`jobq.jobs.queues` accepts; response models only document."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
-from jobq.queues import MAX_REASON_LENGTH
+from jobq.jobs.queues import MAX_REASON_LENGTH
 from jobq.spec import MAX_QUEUE_LENGTH, check_text
 from web.schemas import LOCATIONS, Parameters
 

@@ -8,8 +8,8 @@ from typing import Annotated, Any, get_type_hints
 
 from pydantic import AfterValidator, BaseModel, Field, StrictStr, create_model
 
-from jobq.declarations import NAME
-from jobq.schedules import Schedule
+from jobq.schedules.declarations import NAME
+from jobq.schedules.stored import Schedule
 from jobq.spec import check_text
 from web.schemas import LOCATIONS, JobOut, Parameters
 

@@ -1,5 +1,5 @@
-"""The request and response models of ``/stats`` (the per-minute rollup, :mod:`jobq.rollup`),
-kept apart from web/schemas.py. The query model validates what :func:`jobq.rollup.series`
+"""The request and response models of ``/stats`` (the per-minute rollup, :mod:`jobq.observe.rollup`),
+kept apart from web/schemas.py. The query model validates what :func:`jobq.observe.rollup.series`
 accepts; the response models only document."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictStr
 
-from jobq.rollup import WINDOWS
+from jobq.observe.rollup import WINDOWS
 from jobq.spec import MAX_QUEUE_LENGTH, check_text
 from web.schemas import LOCATIONS, Parameters
 

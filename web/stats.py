@@ -1,11 +1,11 @@
-"""``/stats``: the per-minute rollup (:func:`jobq.rollup.series`) over a window, for the
+"""``/stats``: the per-minute rollup (:func:`jobq.observe.rollup.series`) over a window, for the
 dashboard's charts."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from jobq import rollup
+from jobq.observe import rollup
 from web.blueprints import resource
 from web.context import api
 from web.schemas import Error

@@ -18,8 +18,8 @@ from typing import Protocol
 import psycopg
 from psycopg import sql
 
-from jobq import db
-from jobq.daemon import idle
+from jobq.store import connections
+from jobq.daemon.boards import idle
 from jobq.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ CONTROL_CHANNEL = "jobq_control"  # operators' actions: 'cancel <id>', 'pause <q
 
 
 class Waking(Protocol):
-    """Who takes a notification (:class:`jobq.daemon.idle.Seat` for a supervisor's workers)."""
+    """Who takes a notification (:class:`jobq.daemon.boards.idle.Seat` for a supervisor's workers)."""
 
     def reading(self) -> None:
         """The connection is read now."""
@@ -83,12 +83,12 @@ class Listener:
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
         self._encoding = "utf-8"
-        self._backoff = db.ReconnectDelay()
+        self._backoff = connections.ReconnectDelay()
 
     def connect(self) -> bool:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
         try:
-            self.conn = db.connect(self.url, application_name=self.application_name)
+            self.conn = connections.connect(self.url, application_name=self.application_name)
             self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._encoding = self.conn.info.encoding
             # Anything psycopg kept aside while LISTEN ran (wait() reads libpq directly):
@@ -192,7 +192,7 @@ class Listener:
 
     def _drop(self, exc: BaseException) -> None:
         if self.conn is not None:
-            log.warning("listener.disconnected error=%s", db.first_line(exc))
+            log.warning("listener.disconnected error=%s", connections.first_line(exc))
             self.conn.close()
         self.conn = None
         self._next_attempt = time.monotonic() + self._backoff.next()

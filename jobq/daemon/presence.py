@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from jobq import queries
-from jobq.db import Connection
+from jobq.store.connections import Connection
 
 
 def register(conn: Connection, worker_id: str, hostname: str, pid: int, queues: Sequence[str]) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
-from jobq.daemon import reports
-from jobq.daemon.finished import FinishedArea
-from jobq.daemon.jobboard import JobBoard
-from jobq.daemon.worker import EXIT_DATABASE_ERROR, EXIT_OK
+from jobq.daemon import messages
+from jobq.daemon.boards.finished import FinishedArea
+from jobq.daemon.boards.jobs import JobBoard
+from jobq.daemon.worker.loop import EXIT_DATABASE_ERROR, EXIT_OK
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class WorkerProcess:
 
     pid: int
     worker_id: str
-    reader: reports.Reader
+    reader: messages.Reader
     spawned: float
     slot: int  # its byte on the idle board, its record on the job board
     jobs: JobBoard  # what it runs: :meth:`running_job`
@@ -153,24 +153,24 @@ class WorkerProcess:
     kill_kind: str | None = None  # why we SIGKILLed it: "timeout", "cancel" or "shutdown"
     cancelling: CancelRequest | None = None
 
-    def running_job(self) -> reports.Started | None:
+    def running_job(self) -> messages.Started | None:
         """The job it runs now (its deadline, its timeout), as it last showed it: read
         from the board at each call (the worker moves on meanwhile), so a caller reads it
         once and works on that."""
         return self.jobs.running(self.slot)
 
-    def show(self, started: reports.Started | None) -> None:
+    def show(self, started: messages.Started | None) -> None:
         """Put ``started`` on its record, as the worker does (for a slot without a live
         worker, and for tests)."""
         self.jobs.show(self.slot, started)
 
-    def tell(self, message: reports.Cancel | reports.Pause, system: System) -> bool:
+    def tell(self, message: messages.Cancel | messages.Pause, system: System) -> bool:
         """Pass a cancel or a pause on to the worker (its control pipe, then SIGUSR1 to
         have it read). Only a worker that has reported a job (its handler for the signal
         is installed by then) and is not being killed is told; True if it was."""
         if self.running_job() is None or self.kill_kind is not None:
             return False
-        if not reports.write(self.control_fd, message):
+        if not messages.write(self.control_fd, message):
             log.warning("supervisor.control_dropped worker=%s: its control pipe is full", self.worker_id)
             return False
         system.kill(self.pid, signal.SIGUSR1)
@@ -188,21 +188,21 @@ class WorkerProcess:
             return False
         return now > request.deadline
 
-    def exit_report(self, status: int) -> tuple[reports.Gone, bool]:
+    def exit_report(self, status: int) -> tuple[messages.Gone, bool]:
         """What maintenance is told of its exit (wait ``status``), and whether it died
         unasked: a crash, or a database error it left on. One that left on a database
         error ran no job into its death: what it held goes back as at a shutdown."""
         code = os.waitstatus_to_exitcode(status)
         kind = self.kill_kind or ("shutdown" if code in (EXIT_OK, EXIT_DATABASE_ERROR) else "crash")
         unasked = self.kill_kind is None and code != EXIT_OK
-        gone = reports.Gone.of(self.worker_id, self.running_job(), kind, status, self.finished.take())
+        gone = messages.Gone.of(self.worker_id, self.running_job(), kind, status, self.finished.take())
         return gone, unasked
 
     def read_reports(self) -> None:
         """Take in what the worker reported since the last read."""
-        messages, _ = self.reader.read()
-        for message in messages:
-            if isinstance(message, reports.BootError):
+        arrived, _ = self.reader.read()
+        for message in arrived:
+            if isinstance(message, messages.BootError):
                 self.boot_error = message.reason
 
 
@@ -213,17 +213,17 @@ class MaintenanceProcess:
 
     pid: int
     fd: int
-    control: reports.Reader
+    control: messages.Reader
 
-    def tell(self, message: reports.Spawned | reports.Gone) -> None:
+    def tell(self, message: messages.Spawned | messages.Gone) -> None:
         try:
-            os.write(self.fd, reports.encode(message))
+            os.write(self.fd, messages.encode(message))
         except OSError as exc:
             log.warning("supervisor.unrecovered worker=%s: %s", message.worker_id, exc)
 
-    def control_messages(self) -> list[reports.Cancel | reports.Pause]:
-        messages, _ = self.control.read()
-        return [m for m in messages if isinstance(m, (reports.Cancel, reports.Pause))]
+    def control_messages(self) -> list[messages.Cancel | messages.Pause]:
+        arrived, _ = self.control.read()
+        return [m for m in arrived if isinstance(m, (messages.Cancel, messages.Pause))]
 
     def close(self) -> None:
         """It exited: close our ends of its pipes."""

@@ -23,14 +23,14 @@ import signal
 import sys
 import time
 
-from jobq.daemon import reports
-from jobq.daemon.finished import FinishedArea
-from jobq.daemon.idle import IdleBoard
-from jobq.daemon.jobboard import JobBoard
-from jobq.daemon.maintenance import STOP_PATIENCE, Maintenance
+from jobq.daemon import messages
+from jobq.daemon.boards.finished import FinishedArea
+from jobq.daemon.boards.idle import IdleBoard
+from jobq.daemon.boards.jobs import JobBoard
+from jobq.daemon.maintenance.duties import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
+from jobq.daemon.worker.loop import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -137,8 +137,8 @@ class Supervisor:
 
     def spawn_worker(self, slot: int) -> None:
         token = secrets.token_hex(3)
-        read_fd, write_fd = reports.report_pipe()
-        control_read, control_write = reports.report_pipe()
+        read_fd, write_fd = messages.report_pipe()
+        control_read, control_write = messages.report_pipe()
         os.set_blocking(control_write, False)
         self.idle_board.mark(slot, False)
         self.job_board.show(slot, None)  # its predecessor's last job is not its own
@@ -158,11 +158,11 @@ class Supervisor:
         self.system.set_process_group(pid)
         worker_id = worker_name(self.settings.hostname, pid, token)
         self.workers[pid] = WorkerProcess(
-            pid, worker_id, reports.Reader(read_fd), time.monotonic(), slot, self.job_board, finished,
+            pid, worker_id, messages.Reader(read_fd), time.monotonic(), slot, self.job_board, finished,
             control_fd=control_write,
         )
         log.info("supervisor.spawned worker=%s", worker_id)
-        self.tell_maintenance(reports.Spawned(worker_id))
+        self.tell_maintenance(messages.Spawned(worker_id))
 
     def free_slots(self, n: int) -> list[int]:
         """The ``n`` lowest slots of the idle board that no live worker holds and whose
@@ -171,8 +171,8 @@ class Supervisor:
         return [slot for slot in range(self.idle_board.slots) if slot not in taken][:n]
 
     def spawn_maintenance(self) -> None:
-        read_fd, write_fd = reports.report_pipe()
-        control_read, control_write = reports.report_pipe()
+        read_fd, write_fd = messages.report_pipe()
+        control_read, control_write = messages.report_pipe()
         os.set_blocking(control_write, False)
         maintenance = Maintenance(self.settings, read_fd, control_write)
         pid = self.system.fork()
@@ -184,9 +184,9 @@ class Supervisor:
         os.close(control_write)
         os.set_blocking(write_fd, False)
         self.system.set_process_group(pid)
-        self.maintenance = MaintenanceProcess(pid, write_fd, reports.Reader(control_read))
+        self.maintenance = MaintenanceProcess(pid, write_fd, messages.Reader(control_read))
         for proc in self.workers.values():
-            self.maintenance.tell(reports.Spawned(proc.worker_id))
+            self.maintenance.tell(messages.Spawned(proc.worker_id))
 
     def inherited_fds(self) -> list[int]:
         """The supervisor's pipe ends that a forked child must close."""
@@ -204,14 +204,14 @@ class Supervisor:
             for message in self.maintenance.control_messages():
                 self.pass_on(message)
 
-    def pass_on(self, message: reports.Cancel | reports.Pause) -> None:
+    def pass_on(self, message: messages.Cancel | messages.Pause) -> None:
         """An operator cancelled a job or paused a queue: tell every worker that has a
         batch in hand (it drops what it has not started); the one running a cancelled
         job gets JOBQ_CANCEL_GRACE seconds to end it before it is killed."""
         for proc in self.workers.values():
             told = proc.tell(message, self.system)
             current = proc.running_job()
-            if told and isinstance(message, reports.Cancel) and current and current.job_id == message.job_id:
+            if told and isinstance(message, messages.Cancel) and current and current.job_id == message.job_id:
                 proc.cancelling = CancelRequest(message.job_id, time.monotonic() + self.settings.cancel_grace)
                 log.info("job.cancel_requested id=%s worker=%s", message.job_id, proc.worker_id)
 
@@ -225,7 +225,7 @@ class Supervisor:
             if pid == 0:
                 return
             if self.maintenance is not None and pid == self.maintenance.pid:
-                log.warning("supervisor.maintenance_exited status=%s", reports.describe_exit(status))
+                log.warning("supervisor.maintenance_exited status=%s", messages.describe_exit(status))
                 self.maintenance.close()
                 self.maintenance = None
                 continue
@@ -307,9 +307,9 @@ class Supervisor:
         if not self.stopping and self.maintenance is None:
             self.spawn_maintenance()
 
-    def tell_maintenance(self, message: reports.Spawned | reports.Gone) -> None:
+    def tell_maintenance(self, message: messages.Spawned | messages.Gone) -> None:
         if self.maintenance is None:  # one spawned again is told of every live worker
-            if isinstance(message, reports.Gone):
+            if isinstance(message, messages.Gone):
                 log.warning(
                     "supervisor.unrecovered worker=%s: no maintenance process; the stale reaper will", message.worker_id
                 )

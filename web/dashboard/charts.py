@@ -1,6 +1,6 @@
 """Line charts drawn on the server as inline SVG (no JavaScript, nothing fetched): the
 overview's throughput, depth and percentile charts over the rollup's per-minute points
-(:func:`jobq.rollup.series`)."""
+(:func:`jobq.observe.rollup.series`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class Chart:
 
 def charts_of(points: Sequence[object]) -> list[Chart]:
     """The overview's four charts from rollup points (any objects with the rollup
-    :class:`~jobq.rollup.Point` fields)."""
+    :class:`~jobq.observe.rollup.Point` fields)."""
     minutes = [p.minute for p in points]  # type: ignore[attr-defined]
 
     def field(name: str, scale: float = 1.0) -> list[float | None]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import render_template, request
 
-from jobq.db import Connection
+from jobq.store.connections import Connection
 from web.context import api
 from web.dashboard import security
 
@@ -51,7 +51,7 @@ def database_url() -> str:
 
 def pause_or_resume(library: Any, name: str, action: str) -> None:
     """Pause (with the form's reason, if any) or resume a queue or a schedule:
-    ``library`` is :mod:`jobq.queues` or :mod:`jobq.schedules`, whose pause and resume
+    ``library`` is :mod:`jobq.jobs.queues` or :mod:`jobq.schedules.stored`, whose pause and resume
     take the same arguments; audited as the dashboard's actor."""
     actor = security.actor()
     with database() as conn:

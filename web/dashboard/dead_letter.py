@@ -1,7 +1,7 @@
 """``/dashboard/dead-letter``: the letters waiting, grouped by cause (type and error
 signature) with counts and first/last seen; a group's letters; replay or discard a
 whole group (one bulk operation, after a confirmation with its count) or the letters
-selected (:mod:`jobq.dead_letter`)."""
+selected (:mod:`jobq.jobs.dead_letters`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import re
 
 from flask import Response, redirect, request, url_for
 
-from jobq import dead_letter, operations
+from jobq.jobs import dead_letters
+from jobq.jobs import operations
 from jobq.errors import DeadLetterGroupNotFound, InvalidArgument
 from web.dashboard import common, security
 from web.dashboard.blueprints import actions, pages
@@ -21,7 +22,7 @@ LETTERS_SHOWN = 200
 @pages.get("/dead-letter")
 def groups() -> str:
     with common.database() as conn:
-        listed = dead_letter.groups(limit=dead_letter.MAX_GROUPS, conn=conn)
+        listed = dead_letters.groups(limit=dead_letters.MAX_GROUPS, conn=conn)
     return common.page("dead_letter.html", "Dead letters", groups=listed)
 
 
@@ -29,8 +30,8 @@ def groups() -> str:
 def group(group_id: str) -> str:
     _check(group_id)
     with common.database() as conn:
-        found = dead_letter.group(group_id, conn=conn)
-        letters = dead_letter.letters_of_group(group_id, limit=LETTERS_SHOWN, conn=conn)
+        found = dead_letters.group(group_id, conn=conn)
+        letters = dead_letters.letters_of_group(group_id, limit=LETTERS_SHOWN, conn=conn)
     return common.page(
         "dead_letter_group.html", "Dead-letter group", group=found, letters=letters, shown=LETTERS_SHOWN,
         actions=GROUP_ACTIONS,
@@ -44,7 +45,7 @@ def confirm_group(group_id: str) -> str:
         raise InvalidArgument("action", f"must be one of {', '.join(GROUP_ACTIONS)}")
     _check(group_id)
     with common.database() as conn:
-        found = dead_letter.group(group_id, conn=conn)
+        found = dead_letters.group(group_id, conn=conn)
     return common.page(
         "confirm_group.html", "Confirm", group=found, action=action, label=GROUP_ACTIONS[action],
     )
@@ -68,9 +69,9 @@ def act_on_letters(action: str) -> Response:
     actor = security.actor()
     with common.database() as conn:
         if action == "replay":
-            dead_letter.replay_many(ids, actor=actor, conn=conn)
+            dead_letters.replay_many(ids, actor=actor, conn=conn)
         else:
-            dead_letter.discard_many(ids, actor=actor, conn=conn)
+            dead_letters.discard_many(ids, actor=actor, conn=conn)
     back = request.form.get("back", "")
     return redirect(back if back.startswith("/dashboard/") else url_for("dashboard.groups"))
 

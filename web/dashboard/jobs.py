@@ -1,6 +1,6 @@
 """``/dashboard/jobs``: status tabs with their counts, the filter, a page of jobs, and
 acting on the selected jobs or on all that match: a confirmation page with the exact
-count (the action's dry run), then one bulk operation (:mod:`jobq.operations`)."""
+count (the action's dry run), then one bulk operation (:mod:`jobq.jobs.operations`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from flask import Response, redirect, request, url_for
 from werkzeug.datastructures import MultiDict
 
 import jobq
-from jobq import operations, tallies
+from jobq.jobs import operations
+from jobq.observe import tallies
 from jobq.errors import InvalidArgument
-from jobq.filters import parse_filter
+from jobq.jobs.filters import parse_filter
 from jobq.job import STATUSES
 from web.dashboard import common, security
 from web.dashboard.blueprints import actions, pages

@@ -1,8 +1,8 @@
-"""``/dashboard/operations/<id>``: a bulk operation as it goes (:mod:`jobq.operations`)."""
+"""``/dashboard/operations/<id>``: a bulk operation as it goes (:mod:`jobq.jobs.operations`)."""
 
 from __future__ import annotations
 
-from jobq import operations
+from jobq.jobs import operations
 from web.dashboard import common
 from web.dashboard.blueprints import pages
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from flask import request
 
-from jobq import metrics, tallies
-from jobq.ledger import COUNT_LIMIT
+from jobq.observe import metrics
+from jobq.observe import tallies
+from jobq.jobs.ledger import COUNT_LIMIT
 from web.dashboard import common, trends
 from web.dashboard.blueprints import pages
 

@@ -1,11 +1,11 @@
 """``/dashboard/queues``: each queue's depth, the workers serving it, its pause (by whom,
-since when, why); pause and resume (:mod:`jobq.queues`)."""
+since when, why); pause and resume (:mod:`jobq.jobs.queues`)."""
 
 from __future__ import annotations
 
 from flask import Response, redirect, request, url_for
 
-from jobq import queues as library
+from jobq.jobs import queues as library
 from web.dashboard import common
 from web.dashboard.blueprints import actions, pages
 

@@ -1,12 +1,12 @@
 """``/dashboard/schedules``: every periodic schedule: cron, zone, next and last run, its
-last job, paused or orphaned; run now, pause, resume (:mod:`jobq.schedules`)."""
+last job, paused or orphaned; run now, pause, resume (:mod:`jobq.schedules.stored`)."""
 
 from __future__ import annotations
 
 from flask import Response, redirect, url_for
 
-from jobq import schedules as library
-from jobq.declarations import NAME
+from jobq.schedules import stored as library
+from jobq.schedules.declarations import NAME
 from web.dashboard import common, security
 from web.dashboard.blueprints import actions, pages
 

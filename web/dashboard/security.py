@@ -25,7 +25,7 @@ from flask import Response, current_app, g, redirect, render_template, request, 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from werkzeug.exceptions import Forbidden, Unauthorized
 
-from jobq import audit
+from jobq.jobs import audit
 from web.context import api
 from web.dashboard.blueprints import PREFIX, pages
 

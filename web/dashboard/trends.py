@@ -1,9 +1,9 @@
-"""The overview's charts: the per-minute rollup (:func:`jobq.rollup.series`) drawn as SVG."""
+"""The overview's charts: the per-minute rollup (:func:`jobq.observe.rollup.series`) drawn as SVG."""
 
 from __future__ import annotations
 
-from jobq import rollup
-from jobq.db import Connection
+from jobq.observe import rollup
+from jobq.store.connections import Connection
 from web.dashboard import charts
 
 WINDOWS = tuple(rollup.WINDOWS)  # 15m, 1h, 24h

@@ -1,9 +1,9 @@
 """``/dashboard/workers``: every worker process: host, pid, queues, the job it runs and
-for how long, its heartbeat's age, the jobs it has done (:mod:`jobq.workers`)."""
+for how long, its heartbeat's age, the jobs it has done (:mod:`jobq.observe.workers`)."""
 
 from __future__ import annotations
 
-from jobq.workers import list_workers
+from jobq.observe.workers import list_workers
 from web.dashboard import common
 from web.dashboard.blueprints import pages
 

@@ -1,0 +1,61 @@
+"""What every ``jobq`` command shares: reading the settings (and configuring logging),
+a one-shot connection, waiting for the database, and failing with one line.
+
+The command modules (:mod:`jobq.cli.main` and one per command group) import these; this
+module imports none of them."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+import jobq.settings
+from jobq import logs
+from jobq.errors import DatabaseUnavailable
+from jobq.settings import Settings
+from jobq.store import connections
+
+EXIT_ERROR = 1
+
+
+def fail(message: str) -> None:
+    click.echo(f"jobq: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment and the command's flags, this process's from now on
+    (:func:`jobq.settings.adopt`: its workers and library calls share this one read);
+    configures logging as a side effect."""
+    settings = jobq.settings.adopt(Settings.from_env(**{k: v for k, v in overrides.items() if v is not None}))
+    logs.configure(log_format=settings.log_format, level=settings.log_level)
+    return settings
+
+
+def wait_for(action: Callable[[], Any], *, seconds: float, what: str) -> Any:
+    """Run ``action`` until the database answers or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    backoff = connections.ReconnectDelay(first=0.2)
+    while True:
+        try:
+            return action()
+        except DatabaseUnavailable as exc:
+            delay = backoff.next()
+            if time.monotonic() + delay > deadline:
+                raise DatabaseUnavailable(f"{what}: {exc} (gave up after {seconds:g} s)") from exc
+            click.echo(f"jobq: {exc}; retrying in {delay:.1f} s", err=True)
+            time.sleep(delay)
+
+
+def database(settings: Settings) -> connections.Connection:
+    """An autocommit connection for a one-shot command."""
+    return connections.connect(settings.require_database_url())
+
+
+def session() -> connections.Connection:
+    """The command's autocommit connection, with the settings read (and logging configured)."""
+    return database(load_settings())

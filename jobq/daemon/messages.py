@@ -1,0 +1,220 @@
+"""What crosses the pipes of the daemon, one text line per message.
+
+Worker -> supervisor (the worker's report pipe):
+    ``B <reason>``   cannot boot (then exits)
+(The job a worker runs, a :class:`Started`, is on the job board instead: shared
+memory, no message per job, :mod:`jobq.daemon.boards.jobs`.)
+
+Supervisor -> maintenance:
+    ``S <worker_id>``  a worker of this supervisor is alive (sent at its spawn, and for
+    every live worker to a maintenance process spawned again): the stale reaper leaves
+    its jobs alone, however late their heartbeat (its own session re-locks them when
+    it is back; its ``G`` recovers them if it dies).
+    ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
+    recover its in-flight jobs. ``kind`` is ``crash``, ``timeout``, ``cancel`` or
+    ``shutdown``; job_id and lease are 0 when it ran no job.
+    ``D <worker_id> <job_id> <lease> <seconds> <result>``  before its ``G``, one per
+    job the gone worker had finished and perhaps not written (from its finished area,
+    :mod:`jobq.daemon.boards.finished`); ``result`` is JSON text, empty for none. The
+    :class:`Reader` hands them over inside the ``Gone``, as ``finished``.
+
+Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read
+when a SIGUSR1 says there is something):
+    ``C <job_id>``   the job was cancelled: stop running it, do not start it
+    ``P <queue>``    the queue was paused: do not start its jobs already claimed
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+from dataclasses import dataclass, replace
+
+from jobq.daemon.boards.finished import Finished
+
+PIPE_SIZE = 1 << 20  # room for every message between two reads, whatever comes
+_F_SETPIPE_SZ = 1031
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The job a worker runs: its lease, its deadline (system-wide monotonic clock) and
+    its timeout."""
+
+    job_id: int
+    lease: int
+    deadline: float
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class BootError:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Gone:
+    worker_id: str
+    job_id: int  # 0: no job was running
+    lease: int
+    kind: str  # crash | timeout | cancel | shutdown
+    timeout: float
+    detail: str
+    finished: tuple[Finished, ...] = ()  # jobs it had finished, their outcomes perhaps not written
+
+    @classmethod
+    def of(
+        cls, worker_id: str, running: Started | None, kind: str, status: int, finished: list[Finished]
+    ) -> Gone:
+        """The report of a worker that exited with wait ``status`` while it ran
+        ``running``, having finished ``finished`` (a job whose handler had returned was
+        no longer running, even if the board still showed it)."""
+        detail, done = describe_exit(status), tuple(finished)
+        if running is None or any(f.job_id == running.job_id and f.lease == running.lease for f in done):
+            return cls(worker_id, 0, 0, kind, 0.0, detail, done)
+        return cls(worker_id, running.job_id, running.lease, kind, running.timeout, detail, done)
+
+
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """One of a gone worker's finished jobs, on its way to maintenance (a ``D`` line)."""
+
+    worker_id: str
+    finished: Finished
+
+
+def describe_exit(status: int) -> str:
+    """A wait status in words: ``exit code 1``, ``killed by signal 9 (SIGKILL)``."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"killed by signal {-code} ({signal.Signals(-code).name})"
+    return f"exit code {code}"
+
+
+Message = BootError | Spawned | Gone | Cancel | Pause
+
+
+def encode(message: Message) -> bytes:
+    if isinstance(message, BootError):
+        line = "B " + _one_line(message.reason)
+    elif isinstance(message, Cancel):
+        line = f"C {message.job_id}"
+    elif isinstance(message, Pause):
+        line = "P " + _one_line(message.queue)
+    elif isinstance(message, Spawned):
+        line = f"S {message.worker_id}"
+    else:
+        noted = "".join(
+            f"D {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.result or ''}\n" for f in message.finished
+        )
+        line = noted + (
+            f"G {message.worker_id} {message.job_id} {message.lease} {message.kind} "
+            f"{message.timeout:g} {_one_line(message.detail)}"
+        )
+    return line.encode("utf-8", "replace") + b"\n"
+
+
+def decode(line: bytes) -> Message | Noted:
+    """Parse one line (without its newline). Raises ValueError on garbage."""
+    text = line.decode("utf-8", "replace")
+    tag, _, rest = text.partition(" ")
+    if tag == "B":
+        return BootError(rest)
+    if tag == "C":
+        return Cancel(int(rest))
+    if tag == "P":
+        return Pause(rest)
+    if tag == "S":
+        return Spawned(rest)
+    if tag == "G":
+        worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
+        return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
+    if tag == "D":
+        worker_id, job_id, lease, seconds, result = rest.split(" ", 4)
+        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result or None))
+    raise ValueError(f"unknown report {text[:40]!r}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Reader:
+    """Reads whole messages from a non-blocking pipe as they arrive."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._partial = b""
+        self._noted: dict[str, list[Finished]] = {}  # D lines waiting for their G
+
+    def read(self) -> tuple[list[Message], bool]:
+        """The messages available now, and whether the writer has closed the pipe."""
+        chunks, closed = [], False
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                closed = True
+                break
+            chunks.append(chunk)
+        data = self._partial + b"".join(chunks)
+        *lines, self._partial = data.split(b"\n")
+        messages = []
+        for message in (decode(line) for line in lines if line):
+            if isinstance(message, Noted):
+                self._noted.setdefault(message.worker_id, []).append(message.finished)
+            elif isinstance(message, Gone) and message.worker_id in self._noted:
+                messages.append(replace(message, finished=tuple(self._noted.pop(message.worker_id))))
+            else:
+                messages.append(message)
+        return messages, closed
+
+
+def control(payload: str) -> Cancel | Pause | None:
+    """The message of a ``jobq_control`` notification (``cancel <id>``, ``pause <queue>``);
+    None for one the daemon need not act on (``resume``: the claim sees it) or garbage."""
+    verb, _, subject = payload.partition(" ")
+    if verb == "cancel" and subject.isdigit():
+        return Cancel(int(subject))
+    if verb == "pause" and subject:
+        return Pause(subject)
+    return None
+
+
+def write(fd: int, message: Message) -> bool:
+    """Write one message to a non-blocking pipe; False if it could not (full, or its
+    reader is gone)."""
+    try:
+        os.write(fd, encode(message))
+    except OSError:
+        return False
+    return True
+
+
+def report_pipe() -> tuple[int, int]:
+    """A pipe (read end non-blocking, both ends close-on-exec) sized for bursts."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    try:
+        fcntl.fcntl(write_fd, _F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:  # over /proc/sys/fs/pipe-max-size: the default size still works
+        pass
+    return read_fd, write_fd

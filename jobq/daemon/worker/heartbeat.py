@@ -1,0 +1,131 @@
+"""A worker's heartbeat thread.
+
+Every HEARTBEAT tick it keeps the worker's row in ``workers`` and its in-flight jobs'
+``heartbeat_at`` fresh, on the claim session, also while the main thread is inside
+a CPU-bound handler (pure Python gives up the interpreter every few milliseconds).
+Every TICK it checks that the parent supervisor is alive and that the running job is
+not past its deadline (the supervisor kills the worker there; a worker that outlives
+it by DEADLINE_GRACE, because the report never reached the supervisor, kills itself),
+writes the outcomes that have waited too long while the main thread runs a handler
+(:mod:`jobq.daemon.worker.outcomes`), and applies the batch's long-job rule
+(:meth:`jobq.daemon.worker.hand.Hand.overdue`): the outcomes waiting are written, the
+running job is marked running, and the jobs waiting behind it are given back. And
+every PROGRESS_EVERY at most, it writes the running job's latest ``jobq.progress``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from jobq.jobs import leases
+from jobq.schedules import declarations
+from jobq.handlers import context
+from jobq.daemon import presence
+from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.outcomes import Outcomes
+from jobq.daemon.worker.session import ClaimSession
+from jobq.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+TICK = 0.025
+# Past its job's deadline by this much, a worker that the supervisor has not killed
+# (the report of the job never reached it) kills itself, as the supervisor would have.
+DEADLINE_GRACE = 1.0
+
+
+class Heartbeat(threading.Thread):
+    def __init__(
+        self,
+        session: ClaimSession,
+        hand: Hand,
+        outcomes: Outcomes,
+        *,
+        worker_id: str,
+        hostname: str,
+        queues: Sequence[str],
+        interval: float,
+        parent_pid: int,
+        orphaned: Callable[[], None],
+    ) -> None:
+        """``orphaned`` is called (from this thread) once the parent process is gone."""
+        super().__init__(name="jobq-heartbeat", daemon=True)
+        self.session = session
+        self.hand = hand
+        self.outcomes = outcomes
+        self.worker_id = worker_id
+        self.hostname = hostname
+        self.queues = list(queues)
+        self.interval = interval
+        self.parent_pid = parent_pid
+        self.orphaned = orphaned
+        self.done = threading.Event()
+        self.progress_written: context.Progress | None = None
+        self.next_progress = 0.0
+
+    def run(self) -> None:
+        next_beat = time.monotonic()
+        while not self.done.wait(TICK):
+            try:
+                if os.getppid() != self.parent_pid:
+                    self.orphaned()
+                if self.hand.past_deadline(DEADLINE_GRACE):
+                    log.error("job.timed_out id=%s worker=%s: not killed by the supervisor; killing itself",
+                              self.hand.in_hand().running, self.worker_id)
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if self.outcomes.due():
+                    self.outcomes.write(self.session)
+                self.mark_long_job()
+                self.write_progress()
+                if time.monotonic() >= next_beat:
+                    self.beat()
+                    next_beat = time.monotonic() + self.interval
+            except DatabaseUnavailable:
+                return  # asked to stop while the database was down
+            except Exception:  # the heartbeat must outlive any one failure; the main thread decides
+                log.exception("worker.heartbeat_failed worker=%s", self.worker_id)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+
+    def beat(self) -> None:
+        def write(conn, _retried):  # type: ignore[no-untyped-def]
+            now = self.hand.in_hand()  # under the session lock: what the database has
+            if not presence.beat(conn, self.worker_id, now.running, now.recorded):
+                presence.register(conn, self.worker_id, self.hostname, os.getpid(), self.queues)
+                presence.declare(conn, self.worker_id, declarations.hashes())
+            return leases.heartbeat(conn, now.held).result() if now.held else set()
+
+        lost = self.session.run(write)
+        for job_id in sorted(lost):
+            if context.was_cancelled(job_id):
+                continue  # an operator's cancel took it: said where it is acted on
+            log.warning("job.lost id=%s worker=%s: its lease was taken away", job_id, self.worker_id)
+
+    def write_progress(self) -> None:
+        """The running job's latest progress, if it changed and PROGRESS_EVERY has passed
+        since the last write."""
+        progress = context.latest_progress()
+        if progress is None or progress == self.progress_written or time.monotonic() < self.next_progress:
+            return
+        claim = self.hand.running_claim()
+        if claim is None or claim.job_id != progress.job_id:
+            return
+        if self.session.run(lambda conn, _: leases.set_progress(conn, claim, progress.json)):
+            log.info("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
+        self.progress_written = progress
+        self.next_progress = time.monotonic() + context.PROGRESS_EVERY
+
+    def mark_long_job(self) -> None:
+        overdue = self.hand.overdue()
+        if overdue is None:
+            return
+        self.outcomes.write(self.session)  # what finished before it is recorded first
+        self.session.run(lambda conn, _: leases.start(conn, [overdue.claim], [overdue.elapsed]).result())
+        self.session.give_back(overdue.waiting)

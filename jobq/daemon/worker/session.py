@@ -1,0 +1,162 @@
+"""A worker's claim session: the one dedicated connection that claims jobs, writes
+their outcomes and heartbeats, and holds their advisory locks.
+
+The worker's main thread and its heartbeat thread share it through :meth:`run`,
+which serialises them. When the connection breaks (a database restart, a
+terminated backend) the locks are gone with it: :meth:`run` reconnects with
+backoff, takes again the lock of every job in the worker's hand and checks its
+lease, then calls again, telling the call that it is a retry, until it goes through
+or the worker stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import psycopg
+
+from jobq import queries
+from jobq.jobs import leases
+from jobq.store import connections
+from jobq.jobs.leases import Claim
+from jobq.daemon.worker.hand import Hand
+from jobq.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# An error that may be a lost connection that libpq has not noticed yet is retried on a
+# new connection this many times in one call, then taken for an error of the statement.
+UNSURE_RETRIES = 3
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """Whether an error on a connection that does not look broken (yet) is in fact the
+    connection's end: the server terminated the session or is shutting down (SQLSTATE
+    class 08 or 57P), or the client failed without a server error (no SQLSTATE), as
+    psycopg's "cannot exit pipeline mode while busy" when the backend was terminated
+    in the middle of a pipeline. Retrying on a new connection is safe: every write is
+    fenced by its lease, and a retry is told it is one."""
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
+
+def _ids(job_ids: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(job_ids))) or "-"
+
+
+class ClaimSession:
+    def __init__(self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event, hand: Hand) -> None:
+        self.url = url
+        self.worker_id = worker_id
+        self.lock_base = lock_base
+        self.stopping = stopping
+        self.hand = hand  # the jobs whose locks this session holds
+        self.conn: psycopg.Connection | None = None
+        # Serialises the two threads' calls; held by a caller from a write to the
+        # hand's update, so that the heartbeat never sees a recorded job as still held.
+        self.lock = threading.RLock()
+
+    def connect(self) -> None:
+        """Open the connection (with a counter slot of its own, :func:`jobq.store.connections.connect_counting`),
+        waiting with backoff while the database is down.
+
+        Raises DatabaseUnavailable only when the worker is asked to stop meanwhile.
+        """
+        backoff = connections.ReconnectDelay()
+        while True:
+            try:
+                name = f"jobq worker {self.worker_id}"
+                self.conn = connections.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
+                with connections.database_errors():
+                    self.conn.execute(queries.CLAIM_SESSION_PLANNER)
+                return
+            except DatabaseUnavailable as exc:
+                if self.stopping.is_set():
+                    raise
+                delay = backoff.next()
+                log.warning("worker.db_unavailable worker=%s retry_in=%.1fs error=%s", self.worker_id, delay, exc)
+                if self.stopping.wait(delay):
+                    raise
+
+    def run(self, call: Callable[[psycopg.Connection, bool], T]) -> T:
+        """``call(conn, retried)`` under the session lock. After a broken connection:
+        reconnect, re-lock, and call again with ``retried=True``, until it goes through
+        or the worker stops (DatabaseUnavailable)."""
+        with self.lock:
+            retried = False
+            unsure = 0  # retries after errors that did not say the connection was lost
+            again = 0  # retries after a change made meanwhile (leases.changed_meanwhile)
+            while True:
+                reconnecting = self.conn is None or self.conn.closed
+                try:
+                    if reconnecting:
+                        self._reconnect()  # inside the retry: the connection may drop while re-locking
+                    return call(self.conn, retried)  # type: ignore[arg-type]
+                except (psycopg.IntegrityError, psycopg.errors.SerializationFailure) as exc:
+                    if not leases.changed_meanwhile(exc) or again >= leases.WRITE_AGAIN_RETRIES:
+                        raise
+                    again += 1
+                    # Partitions moving under a write are routine under load (a claim's
+                    # candidate finished elsewhere): DEBUG; a key taken meanwhile is rare: INFO.
+                    level = logging.DEBUG if connections.moved_meanwhile(exc) else logging.INFO
+                    log.log(level, "worker.changed_meanwhile worker=%s error=%s: written again", self.worker_id,
+                            connections.first_line(exc))
+                    assert self.conn is not None
+                    if reconnecting:
+                        self.conn.close()  # the reconnect did not finish: start it again
+                    elif self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        self.conn.rollback()
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if self.conn is not None and not self.conn.broken and not self.conn.closed:
+                        if not connection_lost(exc) or unsure >= UNSURE_RETRIES:
+                            raise  # an error of the statement itself, not of the connection
+                        unsure += 1
+                    log.warning("worker.connection_lost worker=%s error=%s", self.worker_id, connections.first_line(exc))
+                    self.conn.close()
+                    retried = True
+
+    def _reconnect(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.connect()
+        assert self.conn is not None
+        held = self.hand.held()
+        found = leases.relock(self.conn, held, lock_base=self.lock_base) if held else leases.Relocked(set(), set())
+        self.hand.relocked(found.lost, found.taken_back)
+        orphans = leases.release_orphans(self.conn, self.worker_id, [claim.job_id for claim in held])
+        log.info(
+            "worker.reconnected worker=%s relocked=%s lost=%s taken_back=%s orphans_released=%s",
+            self.worker_id,
+            len(held) - len(found.lost),
+            _ids(found.lost - found.taken_back),
+            _ids(found.taken_back),
+            _ids(orphans),
+        )
+
+    def give_back(self, jobs: list[Claim]) -> None:
+        """Return held jobs that will not run here to pending, no attempt counted, and
+        release their locks (a job cancelled meanwhile stays cancelled: its lease changed)."""
+        if not jobs:
+            return
+        with self.lock:
+            given = self.hand.forget(claim.job_id for claim in jobs)
+        self.run(lambda conn, _: leases.release(conn, given, lock_base=self.lock_base).result())
+        log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in given))
+
+    def record_cancelled(self, job: Claim, *, by: str) -> None:
+        """The job's handler ended cancelled: the job is cancelled (``by`` this worker,
+        unless an operator's cancel already made it so) and its lock released."""
+        with self.lock:
+            given = self.hand.forget([job.job_id])
+        self.run(lambda conn, _: leases.cancel(conn, given, actor=by, lock_base=self.lock_base).result())
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None

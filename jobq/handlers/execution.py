@@ -1,0 +1,88 @@
+"""Running one job's handler: the one place where handler exceptions are caught."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+
+from jobq.handlers import context
+from jobq.errors import BadPayload, Cancelled, Snooze, UnknownJobType
+from jobq.handlers.registry import Handler
+from jobq.job import Job
+from jobq.spec import storable_json
+
+MAX_ERROR_LENGTH = 16_000  # characters of traceback kept in the row: the end, where the cause is
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a run produced: JSON text of the result, or an error message; and how long
+    the handler ran."""
+
+    result_json: str | None
+    error: str | None
+    seconds: float
+    error_kind: str | None = None  # the exception's class: what logs show (never its message)
+    cancelled: bool = False  # the job was cancelled while it ran: nothing is to be written
+    not_retried: str | None = None  # why the handler's retry policy sends it to the dead letters now
+    snooze: float | None = None  # the handler raised jobq.Snooze: pending again after these seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.snooze is None
+
+
+def run(job: Job, handler: Handler | None) -> RunResult:
+    """Call ``handler`` (the one registered for ``job.type``) with ``job`` and capture
+    what happened.
+
+    Never raises for anything the handler does (except BaseExceptions such as
+    KeyboardInterrupt and SystemExit, which must stop the worker). No handler (an
+    unknown type) or a result that is not storable JSON is a failed run like any other.
+    A run whose job was cancelled meanwhile (:mod:`jobq.handlers.context`; the handler got
+    :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
+    returned.
+    """
+    started = time.monotonic()
+    cancelled = False
+    try:
+        if handler is None:
+            raise UnknownJobType(job.type)
+        context.begin(job.id)
+        try:
+            if context.cancel_requested():  # cancelled between its claim and now
+                raise Cancelled()
+            value = handler.func(job)
+        finally:
+            # From here on the worker's signal handler no longer raises Cancelled; one
+            # that did before this line lands in the except below, like one in the handler.
+            cancelled = context.cancel_requested()
+            context.end()
+        if cancelled:
+            return RunResult(None, None, time.monotonic() - started, cancelled=True)
+        try:
+            result_json = storable_json(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"handler {job.type!r} returned a result that is not storable JSON: {exc}") from None
+        return RunResult(result_json, None, time.monotonic() - started)
+    except Snooze as snooze:
+        return RunResult(None, None, time.monotonic() - started, snooze=snooze.seconds)
+    except Cancelled:
+        return RunResult(None, None, time.monotonic() - started, cancelled=True)
+    except Exception as exc:
+        if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
+            return RunResult(None, None, time.monotonic() - started, cancelled=True)
+        # A payload the handler refused, or no handler at all: the message says it all.
+        error = str(exc) if isinstance(exc, (UnknownJobType, BadPayload)) else _clip(traceback.format_exc())
+        not_retried = handler.not_retried(exc) if handler is not None else None
+        if not_retried is not None:
+            error = f"not retried: {not_retried}\n{error}"
+        return RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    if len(text) <= MAX_ERROR_LENGTH:
+        return text
+    return "...\n" + text[-MAX_ERROR_LENGTH:]

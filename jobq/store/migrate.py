@@ -1,0 +1,143 @@
+"""Schema migrations: numbered SQL files shipped in ``jobq/store/migrations``.
+
+``migrate`` applies the files the database has not seen, in order, each in its own
+transaction, under a reserved advisory lock, and records them in
+``jobq_migrations``; two at once apply each file once, and a second run does
+nothing. It refuses a database whose schema is newer than this code. Running
+processes only call :func:`check_schema`, which accepts any schema at least as new
+as the code needs (migrations only add), so a rolling deploy can migrate first.
+
+One migration rewrites a table instead of adding to it: schema 13 converts jobs to
+the partitioned layout (:data:`CONVERSIONS`). ``migrate`` applies it where jobs is
+empty (a new install), and otherwise only when asked (``jobq migrate --partition``,
+outside the release phase: writes to jobs wait while it copies them); until then it
+stops before it, and :func:`check_schema` tells the processes of this code what to run.
+
+Numbers may have gaps (a number reserved for a change developed in parallel): what
+the database has seen is the set of versions recorded, not the highest one, so a file
+whose number is below one already applied is still applied when it arrives, and a
+database without it is too old for the code that ships it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+from jobq import queries
+from jobq.store import locks
+from jobq.store.connections import Connection
+from jobq.errors import ConversionNeeded, SchemaTooNew, SchemaTooOld
+
+log = logging.getLogger(__name__)
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+# The one piece of DDL outside jobq/store/migrations (convention 1's one exception): the
+# table that records migrations cannot be created by a migration, since applying one
+# means reading and writing that table. IF NOT EXISTS makes a second run a no-op, and
+# queries.MIGRATION_LOCK keeps two first runs from racing. The statements that read
+# and write the table are in jobq.queries (Migrations).
+MIGRATIONS_TABLE_CREATE = (
+    "CREATE TABLE IF NOT EXISTS jobq_migrations ("
+    "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+# The migrations that rewrite jobs (version: the statement that says whether jobs holds
+# a row), and the option of `jobq migrate` that allows them on a table that does.
+CONVERSIONS = {13: queries.JOBS_ANY}
+CONVERSION_OPTION = "--partition"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str = field(repr=False)
+
+
+def available() -> list[Migration]:
+    """The migrations shipped with this code, in order."""
+    found = []
+    for entry in resources.files("jobq.store.migrations").iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if not versions or versions[0] != 1 or len(set(versions)) != len(versions):
+        raise RuntimeError(f"migration files must be numbered from 1, each number once, found {versions}")
+    return found
+
+
+def required_version() -> int:
+    """The schema version this code needs: its newest migration."""
+    return available()[-1].version
+
+
+def applied_version(conn: Connection) -> int:
+    """The newest migration recorded in the database (0 for an empty database)."""
+    (exists,) = conn.execute(queries.MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    if not exists:
+        return 0
+    return int(conn.execute(queries.MIGRATION_VERSION_GET).fetchone()[0])  # type: ignore[index]
+
+
+def applied_versions(conn: Connection) -> set[int]:
+    """Every migration recorded in the database (none for an empty database)."""
+    (exists,) = conn.execute(queries.MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    if not exists:
+        return set()
+    return {int(version) for (version,) in conn.execute(queries.MIGRATION_LIST_VERSIONS)}
+
+
+def check_schema(conn: Connection) -> int:
+    """Raise :class:`SchemaTooOld` unless the database has at least the schema this code
+    needs (every migration it ships); return the applied version (newer is fine)."""
+    applied = applied_versions(conn)
+    needed = required_version()
+    missing = [m.version for m in available() if m.version not in applied]
+    if missing:
+        if min(missing) in CONVERSIONS:
+            raise ConversionNeeded(min(missing), CONVERSION_OPTION)
+        raise SchemaTooOld(min(missing) - 1, needed)  # complete up to the first one missing
+    return max(applied)
+
+
+def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: int | None = None) -> list[Migration]:
+    """Apply what is missing and return it. ``conn`` must be in autocommit mode.
+
+    A conversion (:data:`CONVERSIONS`) of a table holding rows is applied only if
+    ``convert``; otherwise the migrations before it are applied and
+    :class:`ConversionNeeded` is raised. Raises :class:`SchemaTooNew` when the database
+    has migrations this code does not know. Blocks while another ``migrate`` holds the
+    lock, then finds its work done. ``upto``: stop after that version (a database of an
+    earlier release, for tests of an upgrade).
+    """
+    if not conn.autocommit:
+        raise ValueError("migrate needs an autocommit connection: each file is its own transaction")
+    key = locks.key(namespace, locks.MIGRATIONS)
+    known = available()
+    conn.execute(queries.MIGRATION_LOCK, {"key": key})
+    try:
+        conn.execute(MIGRATIONS_TABLE_CREATE)
+        applied = applied_versions(conn)
+        if max(applied, default=0) > known[-1].version:
+            raise SchemaTooNew(max(applied), known[-1].version)
+        done = []
+        for migration in (m for m in known if m.version not in applied and (upto is None or m.version <= upto)):
+            if migration.version in CONVERSIONS and not convert:
+                (holds_rows,) = conn.execute(CONVERSIONS[migration.version]).fetchone()  # type: ignore[misc]
+                if holds_rows:
+                    raise ConversionNeeded(migration.version, CONVERSION_OPTION)
+            with conn.transaction():
+                conn.execute(migration.sql)
+                conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+            log.info("migration applied version=%s name=%s", migration.version, migration.name)
+            done.append(migration)
+        return done
+    finally:
+        conn.execute(queries.MIGRATION_UNLOCK, {"key": key})

@@ -1,0 +1,37 @@
+"""What the planner knows of the jobs table.
+
+PostgreSQL plans from statistics that autovacuum gathers on its own schedule. The
+partition of live jobs (jobs_live, schema 13) is all churn: a queue that drains
+empties it, autovacuum may analyse it right then, and a backlog that arrives after is
+unknown to the planner until its next look (a minute away at most by default, or
+never where autovacuum is off); a table never analysed is planned on guesses too. Up
+to schema 11, the guesses made the claim sort the whole backlog through a second index
+of pending jobs (23 ms a claim with 50,000 waiting); schema 12 dropped that index, but
+every other plan over jobs_live is still a guess. The maintenance leader looks every
+few seconds, compares the planner's count with the exact counters, and analyses
+jobs_live itself when the count is far short.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from jobq import queries
+from jobq.store.connections import Connection
+
+log = logging.getLogger(__name__)
+
+MIN_ROWS = 1000  # below this, any plan is fast
+STALE_FACTOR = 10  # jobs live now, against the planner's count, that make it analyse
+
+
+def analyse_if_stale(conn: Connection) -> int:
+    """ANALYZE jobs_live (the partition of pending and in-flight jobs, which the claim
+    reads) if it holds MIN_ROWS jobs or more and the planner believes in STALE_FACTOR
+    times fewer (or was never told); 1 if it did, 0 if there was nothing to do."""
+    row = conn.execute(queries.JOBS_LIVE_STATISTICS_STALE, {"min_rows": MIN_ROWS, "factor": STALE_FACTOR}).fetchone()
+    if row is None or not row[0]:
+        return 0
+    conn.execute(queries.JOBS_LIVE_ANALYZE)
+    log.info("planning.analysed table=jobs_live: its statistics were far short of the jobs in it")
+    return 1
