@@ -16,6 +16,7 @@ from typing import NoReturn
 from jobq.daemon import messages
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.boards.jobs import JobBoard
+from jobq.daemon.wakeup import reset_signals
 from jobq.daemon.worker.loop import EXIT_DATABASE_ERROR, EXIT_OK
 
 log = logging.getLogger(__name__)
@@ -66,9 +67,7 @@ def become_child(
         if die_with is not None:
             die_with_parent(die_with)
         os.setpgid(0, 0)
-        signal.set_wakeup_fd(-1)
-        for signum in signals:
-            signal.signal(signum, signal.SIG_DFL)
+        reset_signals(signals)
         for fd in inherited_fds:
             os.close(fd)
         code = body()

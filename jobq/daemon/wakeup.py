@@ -22,6 +22,14 @@ SignalHandler = Callable[[int, Any], None]
 SUPERVISOR_ONLY = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
 
 
+def reset_signals(signals: Iterable[int]) -> None:
+    """In a freshly forked child: no signal writes into a pipe inherited from the parent
+    any more, and ``signals`` have their default handlers again."""
+    signal.set_wakeup_fd(-1)
+    for signum in signals:
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class SelfPipe:
     """A non-blocking pipe: write a byte to wake the loop, which selects on the read end."""
 
