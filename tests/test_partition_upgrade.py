@@ -13,7 +13,7 @@ import pytest
 import jobq
 from jobq import queries
 from jobq.errors import ConversionNeeded
-from jobq.store.migrate import check_schema, migrate
+from jobq.store.migrate import check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from support import run_cli
 
@@ -72,7 +72,7 @@ def test_migrate_partition_converts_a_million_jobs_with_nothing_lost(empty_datab
         assert "0013_partitioned_jobs" in converted.stdout
         print(f"converted {JOBS:,} jobs in {took:.1f} s")
 
-        assert check_schema(conn) == 13
+        assert check_schema(conn) == required_version()
         assert conn.execute(SUMMARY).fetchall() == before
         assert sorted(conn.execute(queries.COUNTERS_GET).fetchall()) == counters
         live = conn.execute("SELECT count(*) FROM jobs_live").fetchone()[0]
