@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfoNotFoundError
 
@@ -37,7 +37,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Periodic:
-    """One schedule as declared: when, in which zone, what job, and the two policies."""
+    """One schedule as declared: when, in which zone, what job, and the two policies.
+    Its fields are what the code decides; a stored schedule
+    (:class:`jobq.schedules.stored.Schedule`) has them all, and what the database adds."""
 
     name: str
     cron: str
@@ -57,11 +59,8 @@ class Periodic:
     def definition_hash(self) -> str:
         """Of everything the code decides (16 hex digits): two workers with the same
         hash declare the same schedule."""
-        text = json.dumps(
-            [self.cron, self.tz, self.type, self.queue, self.payload, self.priority, self.max_retries,
-             self.catch_up, self.overlap],
-            sort_keys=True, separators=(",", ":"),
-        )
+        decided = [getattr(self, field.name) for field in fields(Periodic) if field.name != "name"]
+        text = json.dumps(decided, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

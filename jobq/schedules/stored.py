@@ -40,21 +40,13 @@ class ScheduleNotFound(NotFound):
         self.name = name
 
 
-@dataclasses.dataclass(slots=True)
-class Schedule(_Row):
-    """A snapshot of one row of ``jobq_schedules``, with how many live workers declare it
-    (``declared_by``; 0: orphaned, it does not fire) and its last job's status."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Schedule(Periodic, _Row):
+    """A snapshot of one row of ``jobq_schedules``: the declaration's fields
+    (:class:`~jobq.schedules.declarations.Periodic`), then what the database keeps of
+    it, with how many live workers declare it (``declared_by``; 0: orphaned, it does not
+    fire) and its last job's status."""
 
-    name: str
-    cron: str
-    tz: str
-    type: str
-    queue: str
-    payload: dict[str, Any]
-    priority: int
-    max_retries: int
-    catch_up: str
-    overlap: str
     hash: str
     paused_at: datetime | None
     paused_by: str | None
