@@ -26,7 +26,7 @@ import psycopg
 
 import jobq
 from common import database, emit, environment, migrated, reset
-from jobq import queries
+from jobq.store.sql.rollup import JOB_FINISHED_BY_MINUTE
 from jobq.jobs import cursors
 from jobq.observe import rollup
 from observe import timed
@@ -93,7 +93,7 @@ def main() -> None:
             take_minute = timed(take_one, args.rounds)
             catch_up = timed(take_catch_up, args.rounds)
             plan = "\n".join(r[0] for r in conn.execute(
-                "EXPLAIN (ANALYZE, BUFFERS) " + queries.JOB_FINISHED_BY_MINUTE,
+                "EXPLAIN (ANALYZE, BUFFERS) " + JOB_FINISHED_BY_MINUTE,
                 {"start": minute, "end": minute + rollup.MINUTE}))
 
             depth = int(rows * 0.9)

@@ -25,7 +25,7 @@ import psycopg
 import jobq
 from common import database, emit, environment, migrated, percentiles, reset, save_figure
 import stack
-from jobq import queries
+from jobq.store.sql.database import DATABASE_NOW
 from jobq.jobs import leases
 from jobq.store import locks
 from jobq.store import partitions
@@ -70,7 +70,7 @@ def fill_finished(conn: psycopg.Connection, n: int) -> None:
 def history_partitions(url: str) -> None:
     """Daily partitions of finished jobs from HISTORY_DAYS ago to the days ahead."""
     with psycopg.connect(url, autocommit=True) as conn:
-        (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+        (now,) = conn.execute(DATABASE_NOW).fetchone()
         for days in range(HISTORY_DAYS, -1, -1):
             partitions.make_ahead(conn, DAY, now - timedelta(days=days))
 

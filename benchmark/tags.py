@@ -21,7 +21,7 @@ from psycopg import sql
 
 import jobq
 from common import database, emit, environment, migrated, reset
-from jobq import queries
+from jobq.store.sql.ledger import JOB_LIST_COUNT_UP_TO, JOB_LIST_FEW, JOB_LIST_ORDER, JOB_LIST_SELECT
 from jobq.jobs.filters import JobFilter
 from jobq.jobs.ledger import COUNT_LIMIT
 
@@ -57,9 +57,9 @@ def plans(conn: psycopg.Connection, tag: str) -> dict[str, str]:
     job_filter = JobFilter(tag=tag)
     where, params = job_filter.where(), {**job_filter.params(), "limit": 50, "offset": 0, "cap": COUNT_LIMIT + 1}
     statements = {
-        "count": sql.SQL(queries.JOB_LIST_COUNT_UP_TO).format(where=where),
-        "page_many": sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER),
-        "page_few": sql.SQL(queries.JOB_LIST_FEW).format(where=where),
+        "count": sql.SQL(JOB_LIST_COUNT_UP_TO).format(where=where),
+        "page_many": sql.SQL(JOB_LIST_SELECT) + where + sql.SQL(JOB_LIST_ORDER),
+        "page_few": sql.SQL(JOB_LIST_FEW).format(where=where),
     }
     return {
         name: " / ".join(row[0].strip() for row in conn.execute(sql.SQL("EXPLAIN ") + statement, params))

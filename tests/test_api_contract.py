@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobq import queries
+from jobq.store.sql.workers import WORKER_REGISTER
 from api_support import assert_error, job_rows
 from support import claim, complete, drain, settle
 
@@ -216,7 +216,7 @@ def test_metrics_answers_the_seed_fields_with_every_status(client, conn):
     client.post("/jobs/batch", json={"jobs": [{"type": "noop"}] * 3 + [{"type": "always_fail", "max_retries": 0}]})
     assert client.get("/metrics").get_json()["total_jobs"] == 4  # counted at enqueue
     drain(conn)
-    conn.execute(queries.WORKER_REGISTER, {"id": "h:1:a", "hostname": "h", "pid": 1, "queues": ["default"]})
+    conn.execute(WORKER_REGISTER, {"id": "h:1:a", "hostname": "h", "pid": 1, "queues": ["default"]})
     metrics = client.get("/metrics").get_json()
     assert metrics["queue_depth"] == {**dict.fromkeys(STATUSES, 0), "done": 3, "dead": 1}
     assert (metrics["active_workers"], metrics["total_jobs"], metrics["dead_letter_count"]) == (1, 4, 1)

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import queries
+from jobq.store.sql.queues import JOB_GET_OLDEST_DUE
 from jobq.jobs import leases
 from jobq.observe import tallies
 from support import LOCK_BASE, advisory_locks, claim, complete, drain, fail
@@ -202,5 +202,5 @@ def test_the_next_due_the_oldest_due_and_the_scheduled_count_read_every_priority
     oldest = jobq.enqueue("noop", priority=2, run_at=now - timedelta(seconds=30), conn=conn)
     jobq.enqueue("noop", priority=9, run_at=now - timedelta(seconds=10), conn=conn)
     assert leases.next_run_in(conn, ["default"]).result() <= -30
-    (row,) = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": ["default"]}).fetchall()
+    (row,) = conn.execute(JOB_GET_OLDEST_DUE, {"queues": ["default"]}).fetchall()
     assert row[0] == oldest.id and row[4] >= 30

@@ -140,7 +140,8 @@ def test_counters_stay_exact_through_claims_and_outcomes_in_the_new_slots(conn, 
                 split = rng.randint(0, len(got))
                 complete(worker, got[:split])
                 fail(worker, got[split:])
-                if got and rng.random() < 0.3:  # an event that changes no job row (queries.COUNTER_ADD)
+                # An event that changes no job row (jobq.store.sql.counters.COUNTER_ADD).
+                if got and rng.random() < 0.3:
                     leases.count_events(worker, "reclaimed_total", [(got[0].job.queue, got[0].job.type)])
                     reclaimed += 1
             running = claim(w2, 3)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import jobq
-from jobq import queries
+from jobq.store.sql.dead_letters import DEAD_LETTER_GROUP_LIST_WAITING
 from jobq.jobs import dead_letters
 from jobq.errors import InvalidArgument
 from support import drain, run_cli
@@ -88,7 +88,7 @@ def test_listing_walks_the_index_of_groups_with_letters_waiting(conn):
         "FROM generate_series(1, 20000) AS i"
     )
     conn.execute("ANALYZE jobq_dead_letter_groups")
-    explained = conn.execute("EXPLAIN " + queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": 100})
+    explained = conn.execute("EXPLAIN " + DEAD_LETTER_GROUP_LIST_WAITING, {"limit": 100})
     plan = "\n".join(row[0] for row in explained)
     assert "jobq_dead_letter_groups_waiting_idx" in plan, plan
     assert [g.id for g in dead_letters.groups(limit=3, conn=conn)] == ["g500", "g1000", "g1500"]

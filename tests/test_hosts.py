@@ -16,7 +16,7 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids_of_session
-from jobq import queries
+from jobq.store.sql.database import ADVISORY_LOCK_LIST_OF_NAMESPACE
 from jobq.store import locks
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
@@ -47,7 +47,7 @@ def sessions_by_host(conn) -> Counter:
 def leaders(conn) -> list[str]:
     """The application_name of every session holding the maintenance leader lock."""
     held = conn.execute(
-        queries.ADVISORY_LOCKS_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": DEFAULT_ADVISORY_NAMESPACE}
+        ADVISORY_LOCK_LIST_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": DEFAULT_ADVISORY_NAMESPACE}
     )
     return [name for value, _, name in held if value == locks.MAINTENANCE_LEADER]
 

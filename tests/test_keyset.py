@@ -12,7 +12,7 @@ import pytest
 
 import jobq
 from api_support import assert_error
-from jobq import queries
+from jobq.store.sql.ledger import JOB_LIST_AFTER, JOB_LIST_FILTERS, JOB_LIST_ORDER, JOB_LIST_SELECT
 from jobq.jobs import cursors
 from jobq.errors import InvalidArgument
 
@@ -161,8 +161,8 @@ def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
         cursor = cursors.decode(deep.next_cursor)
         page = jobq.list_jobs(limit=limit, cursor=deep.next_cursor, **criteria)
         assert [j.id for j in page.items] == [j.id for j in jobq.list_jobs(limit=limit, offset=18_050, **criteria).items]
-        where = " AND ".join([queries.JOB_LIST_FILTERS[name] for name in criteria] + [queries.JOB_LIST_AFTER])
-        statement = "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.JOB_LIST_SELECT + " WHERE " + where + queries.JOB_LIST_ORDER
+        where = " AND ".join([JOB_LIST_FILTERS[name] for name in criteria] + [JOB_LIST_AFTER])
+        statement = "EXPLAIN (ANALYZE, FORMAT JSON) " + JOB_LIST_SELECT + " WHERE " + where + JOB_LIST_ORDER
         params = {**criteria, "after_created_at": cursor[0], "after_id": cursor[1], "limit": limit + 1, "offset": 0}
         plan = conn.execute(statement, params).fetchone()[0][0]["Plan"]
         scans = _scan_rows(plan)
@@ -181,7 +181,7 @@ def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
             assert read <= 3 * (limit + 1), scans
         # ...where the same page by offset reads every row before it
         by_offset = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.JOB_LIST_SELECT
-            + (" WHERE " + " AND ".join(queries.JOB_LIST_FILTERS[n] for n in criteria) if criteria else "")
-            + queries.JOB_LIST_ORDER, {**criteria, "limit": limit, "offset": 18_050}).fetchone()[0][0]["Plan"]
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + JOB_LIST_SELECT
+            + (" WHERE " + " AND ".join(JOB_LIST_FILTERS[n] for n in criteria) if criteria else "")
+            + JOB_LIST_ORDER, {**criteria, "limit": limit, "offset": 18_050}).fetchone()[0][0]["Plan"]
         assert sum(scan[2] for scan in _scan_rows(by_offset)) >= 18_050  # over the partitions

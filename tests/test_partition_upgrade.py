@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_LIST
 from jobq.errors import ConversionNeeded
 from jobq.store.migrate import check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
@@ -53,7 +53,7 @@ def test_migrate_partition_converts_a_million_jobs_with_nothing_lost(empty_datab
         migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE, upto=12)
         conn.execute(FILL, {"n": JOBS, "statuses": list(STATUSES)})
         before = conn.execute(SUMMARY).fetchall()
-        counters = sorted(conn.execute(queries.COUNTERS_GET).fetchall())
+        counters = sorted(conn.execute(COUNTER_LIST).fetchall())
         always_keys = conn.execute(
             "SELECT count(*) FROM jobs WHERE idempotency_key IS NOT NULL AND unique_while = 'always'"
         ).fetchone()[0]
@@ -74,7 +74,7 @@ def test_migrate_partition_converts_a_million_jobs_with_nothing_lost(empty_datab
 
         assert check_schema(conn) == required_version()
         assert conn.execute(SUMMARY).fetchall() == before
-        assert sorted(conn.execute(queries.COUNTERS_GET).fetchall()) == counters
+        assert sorted(conn.execute(COUNTER_LIST).fetchall()) == counters
         live = conn.execute("SELECT count(*) FROM jobs_live").fetchone()[0]
         assert live == sum(row[1] for row in before if row[0] in ("pending", "claimed", "running"))
         assert conn.execute("SELECT count(*) FROM job_idempotency_keys").fetchone()[0] == always_keys

@@ -9,7 +9,7 @@ import pytest
 
 import jobq
 from daemon import wait_for
-from jobq import queries
+from jobq.store.sql.database import DATABASE_NOW
 from jobq.store import partitions
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.scale]
@@ -19,7 +19,7 @@ def test_the_leader_makes_partitions_ahead_and_retention_drops_them_with_their_j
     conn = no_partitions
     daemon(2, JOBQ_PARTITION_INTERVAL="2", JOBQ_RETENTION="2", JOBQ_REAPER_INTERVAL="0.5")
     first = wait_for(lambda: partitions.listed(conn), 15, "partitions made by the leader")
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     assert first[-1].hi > now  # ahead of time
     jobq.enqueue_many([{"type": "noop"}] * 200, conn=conn)
     wait_for(lambda: jobq.counts(conn=conn).totals.get("done_total") == 200, 20, "200 jobs done")

@@ -17,7 +17,20 @@ import pytest
 
 import jobq
 from daemon import wait_for
-from jobq import queries
+from jobq.store.sql.leases import (
+    CLAIM_SESSION_PLANNER,
+    JOB_HEARTBEAT_IF_LEASED,
+    JOB_RELOCK_IF_LEASED,
+    JOB_SET_PROGRESS_IF_LEASED,
+    JOB_START_IF_LEASED,
+)
+from jobq.store.sql.outcomes import (
+    JOB_CANCEL_IF_LEASED,
+    JOB_COMPLETE_IF_LEASED,
+    JOB_FAIL_IF_LEASED,
+    JOB_RELEASE_IF_LEASED,
+    JOB_SNOOZE_IF_LEASED,
+)
 from jobq.jobs import leases
 from jobq.store import statistics
 from jobq.store.migrate import migrate
@@ -28,11 +41,17 @@ pytestmark = [pytest.mark.db, pytest.mark.once]
 
 INDEX_SCAN = re.compile(r"(?:Index Scan|Index Only Scan) using (\w+)|Bitmap Index Scan on (\w+)")
 
-BY_ID = [
-    "JOB_START_IF_LEASED", "JOB_HEARTBEAT_IF_LEASED", "JOB_COMPLETE_IF_LEASED", "JOB_FAIL_IF_LEASED",
-    "JOB_RELEASE_IF_LEASED", "JOB_CANCEL_IF_LEASED", "JOB_SNOOZE_IF_LEASED", "JOB_RELOCK_IF_LEASED",
-    "JOB_PROGRESS_SET_IF_LEASED",
-]
+BY_ID = {
+    "JOB_START_IF_LEASED": JOB_START_IF_LEASED,
+    "JOB_HEARTBEAT_IF_LEASED": JOB_HEARTBEAT_IF_LEASED,
+    "JOB_COMPLETE_IF_LEASED": JOB_COMPLETE_IF_LEASED,
+    "JOB_FAIL_IF_LEASED": JOB_FAIL_IF_LEASED,
+    "JOB_RELEASE_IF_LEASED": JOB_RELEASE_IF_LEASED,
+    "JOB_CANCEL_IF_LEASED": JOB_CANCEL_IF_LEASED,
+    "JOB_SNOOZE_IF_LEASED": JOB_SNOOZE_IF_LEASED,
+    "JOB_RELOCK_IF_LEASED": JOB_RELOCK_IF_LEASED,
+    "JOB_SET_PROGRESS_IF_LEASED": JOB_SET_PROGRESS_IF_LEASED,
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +70,7 @@ def in_flight(database_url):
 
 
 def by_id_plan(conn, name: str, batch) -> str:
-    """The plan of the write by id ``name`` of queries for the claimed jobs ``batch``."""
+    """The plan of the write by id ``name`` (of BY_ID) for the claimed jobs ``batch``."""
     n = len(batch)
     params = {
         "ids": [c.job_id for c in batch], "leases": [c.lease for c in batch], "locked": [True] * n,
@@ -59,7 +78,7 @@ def by_id_plan(conn, name: str, batch) -> str:
         "max_retries": [None] * n, "lock_base": LOCK_BASE, "actor": "test", "progress": "{}",
         "id": batch[0].job_id, "lease": batch[0].lease,
     }
-    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + getattr(queries, name), params))
+    return "\n".join(row[0] for row in conn.execute("EXPLAIN " + BY_ID[name], params))
 
 
 @pytest.mark.parametrize("name", BY_ID)
@@ -86,7 +105,7 @@ def test_with_statistics_of_an_empty_live_partition_the_claim_and_writes_probe_t
     once a write (556 ms a claim in a soak): schema 13's live listing indexes leave id
     out, and each write carries its ids as an index condition. And it served the claim
     by sorting every due job (47 ms a claim with 100,000 waiting): the claim session
-    plans no bitmap scan (queries.CLAIM_SESSION_PLANNER)."""
+    plans no bitmap scan (jobq.store.sql.leases.CLAIM_SESSION_PLANNER)."""
     with psycopg.connect(database_url, autocommit=True) as conn, \
             psycopg.connect(database_url, autocommit=True) as reader:
         conn.execute("TRUNCATE jobs, job_counters")
@@ -104,7 +123,7 @@ def test_with_statistics_of_an_empty_live_partition_the_claim_and_writes_probe_t
         assert tuples == 0 and pages > 0, (tuples, pages)
         for _ in range(100):  # a backlog the statistics do not know of
             jobq.enqueue_many([{"type": "noop"}] * 1000, conn=conn)
-        conn.execute(queries.CLAIM_SESSION_PLANNER)  # as a worker's claim session
+        conn.execute(CLAIM_SESSION_PLANNER)  # as a worker's claim session
         held = claim(conn, 50)
         with conn.transaction():
             plans = {"JOB_CLAIM": claim_plan(conn)}

@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import queries
 from jobq.jobs import leases
 from jobq.jobs import queues
 from jobq.errors import InvalidArgument

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 import jobq
-from jobq import queries
+from jobq.store.sql.database import DATABASE_NOW
 from jobq.jobs import leases
 from jobq.store import partitions
 from jobq.store.retention import prune, prune_dead_letters
@@ -59,7 +59,7 @@ def partition_names(conn) -> list[str]:
 
 def test_partitions_are_made_ahead_each_from_where_the_last_ends(no_partitions):
     conn = no_partitions
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     made = partitions.make_ahead(conn, 3600, now)
     assert len(made) == partitions.AHEAD + 1
     assert made[0].lo == partitions.slot_start(now, 3600) and made[0].lo <= now < made[0].hi
@@ -96,14 +96,14 @@ def test_a_partition_starts_after_the_jobs_that_finished_into_the_default_partit
     jobq.enqueue("noop", conn=conn)
     drain(conn)  # no partition yet: it lands in the default partition
     (completed_at,) = conn.execute("SELECT completed_at FROM jobs_finished_default").fetchone()
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     made = partitions.make_ahead(conn, 3600, now)
     assert made[0].lo == completed_at + timedelta(microseconds=1)  # ATTACH would refuse the job's range
 
 
 def test_retention_drops_whole_partitions_past_the_cut_off_and_their_counts_and_keys(no_partitions):
     conn = no_partitions
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     partitions.make_ahead(conn, 3600, now - timedelta(hours=3))  # [-3h .. 0h) in hours, aligned
     old = jobq.enqueue_many([{"type": "noop", "idempotency_key": f"k{i}"} for i in range(3)], conn=conn)
     jobq.enqueue("always_fail", max_retries=0, conn=conn)
@@ -114,7 +114,7 @@ def test_retention_drops_whole_partitions_past_the_cut_off_and_their_counts_and_
     before = jobq.counts(conn=conn)
     listed = partitions.listed(conn)
     assert prune(conn, older_than=1800) == 4
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     assert partition_names(conn) == [p.name for p in listed if p.hi > now - timedelta(seconds=1800)]
     assert [job.id for job in jobq.list_jobs(conn=conn).items] == [recent.id]
     after = jobq.counts(conn=conn)
@@ -127,7 +127,7 @@ def test_retention_drops_whole_partitions_past_the_cut_off_and_their_counts_and_
 
 def test_a_partition_keeps_its_jobs_until_all_of_it_is_past_the_retention(no_partitions):
     conn = no_partitions
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     partitions.make_ahead(conn, 86400, now)  # a day's partition: a job of a minute ago is kept
     jobq.enqueue("noop", conn=conn)
     drain(conn)
@@ -144,7 +144,7 @@ def test_a_drop_waits_for_a_reader_of_jobs_in_short_tries_and_completions_go_thr
     leaves the partition to the next pass: a completion sent while it waits goes
     through after one short wait, not after the 500 ms of a whole lock timeout."""
     conn = no_partitions
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()
+    (now,) = conn.execute(DATABASE_NOW).fetchone()
     partitions.make_ahead(conn, 3600, now - timedelta(hours=3))
     jobq.enqueue("noop", conn=conn)
     drain(conn)

@@ -9,7 +9,7 @@ import pytest
 
 import jobq
 from daemon import scalar, wait_for
-from jobq import queries
+from jobq.store.sql.ledger import JOB_GET
 from jobq.jobs import leases
 from jobq.daemon.worker.hand import Hand
 from jobq.daemon.worker.session import ClaimSession
@@ -101,7 +101,7 @@ def test_a_connection_lost_while_relocking_is_retried_not_raised(session, conn, 
     s, claim = session
     kill_backends(conn)
     with psycopg.connect(database_url) as blocker:  # holds the row: the re-lock waits on it
-        blocker.execute(queries.JOB_GET + " FOR UPDATE", {"id": claim.job_id})
+        blocker.execute(JOB_GET + " FOR UPDATE", {"id": claim.job_id})
         thread, result = in_background(lambda: s.run(ping))
         wait_for(lambda: waiting_on_a_row_lock(conn), 10, "the re-lock waiting")
         kill_backends(conn)  # the connection drops while it re-locks

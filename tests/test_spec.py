@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jobq import queries
+from jobq.store.sql.fragments import DEAD_LETTER_COLUMNS, JOB_COLUMNS
 from jobq.errors import InvalidArgument
 from jobq.job import DeadLetter, Job
 from jobq.spec import JobSpec, parse_rows, parse_spec, parse_specs
@@ -96,8 +96,8 @@ def _names(columns: str) -> list[str]:
 
 
 def test_sql_column_lists_match_the_row_types():
-    assert _names(queries.JOB_COLUMNS) == [field.name for field in dataclasses.fields(Job)]
-    assert _names(queries.DEAD_LETTER_COLUMNS) == [field.name for field in dataclasses.fields(DeadLetter)]
+    assert _names(JOB_COLUMNS) == [field.name for field in dataclasses.fields(Job)]
+    assert _names(DEAD_LETTER_COLUMNS) == [field.name for field in dataclasses.fields(DeadLetter)]
 
 
 @pytest.mark.parametrize("text", ["\\u0000", "\\\\u0000", "a\\", "\\\\"])

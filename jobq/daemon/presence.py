@@ -6,33 +6,39 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from jobq import queries
+from jobq.store.sql.workers import (
+    WORKER_DECLARE_SCHEDULES,
+    WORKER_DELETE,
+    WORKER_DELETE_IF_STALE,
+    WORKER_HEARTBEAT,
+    WORKER_REGISTER,
+)
 from jobq.store.connections import Connection
 
 
 def register(conn: Connection, worker_id: str, hostname: str, pid: int, queues: Sequence[str]) -> None:
-    conn.execute(queries.WORKER_REGISTER, {"id": worker_id, "hostname": hostname, "pid": pid, "queues": list(queues)})
+    conn.execute(WORKER_REGISTER, {"id": worker_id, "hostname": hostname, "pid": pid, "queues": list(queues)})
 
 
 def declare(conn: Connection, worker_id: str, schedules: Mapping[str, str]) -> None:
     """Record on the worker's row the schedules it declares (name -> definition hash);
     a schedule fires while a live worker declares it."""
-    conn.execute(queries.WORKER_DECLARE_SCHEDULES, {"id": worker_id, "schedules": json.dumps(dict(schedules))})
+    conn.execute(WORKER_DECLARE_SCHEDULES, {"id": worker_id, "schedules": json.dumps(dict(schedules))})
 
 
 def beat(conn: Connection, worker_id: str, current_job_id: int | None, jobs_done: int) -> bool:
     """Refresh the worker's row; False when the row is gone (removed as stale while
     the process was stopped): register again."""
     cur = conn.execute(
-        queries.WORKER_HEARTBEAT, {"id": worker_id, "current_job_id": current_job_id, "jobs_done": jobs_done}
+        WORKER_HEARTBEAT, {"id": worker_id, "current_job_id": current_job_id, "jobs_done": jobs_done}
     )
     return cur.rowcount == 1
 
 
 def leave(conn: Connection, worker_id: str) -> None:
-    conn.execute(queries.WORKER_DELETE, {"id": worker_id})
+    conn.execute(WORKER_DELETE, {"id": worker_id})
 
 
 def remove_stale(conn: Connection, stale_seconds: float) -> list[str]:
     """Delete the rows of workers whose heartbeat stopped; return their ids."""
-    return [row[0] for row in conn.execute(queries.WORKER_DELETE_IF_STALE, {"stale_seconds": stale_seconds})]
+    return [row[0] for row in conn.execute(WORKER_DELETE_IF_STALE, {"stale_seconds": stale_seconds})]

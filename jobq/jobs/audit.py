@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from jobq import queries
+from jobq.store.sql.audit import AUDIT_DELETE_BEFORE, AUDIT_INSERT, AUDIT_KEY_GET, AUDIT_LIST
 from jobq.store.connections import Connection, connection
 
 DEFAULT_LIMIT = 50
@@ -53,7 +53,7 @@ def record(conn: Connection, actor: str, action: str, target: dict[str, Any], co
     """Write one audit row on ``conn``, in the caller's transaction (so that the action
     and its record commit together); returns its id."""
     row = conn.execute(
-        queries.AUDIT_INSERT,
+        AUDIT_INSERT,
         {"actor": actor, "action": action, "target": json.dumps(target, default=str), "counts": json.dumps(counts)},
     ).fetchone()
     assert row is not None
@@ -63,7 +63,7 @@ def record(conn: Connection, actor: str, action: str, target: dict[str, Any], co
 def entries(*, limit: int = DEFAULT_LIMIT, before: int | None = None, conn: Connection | None = None) -> list[Entry]:
     """Audit rows newest first; ``before`` (an id) gives the page after the one ending there."""
     with connection(conn) as c:
-        rows = c.execute(queries.AUDIT_LIST, {"limit": limit, "before": before}).fetchall()
+        rows = c.execute(AUDIT_LIST, {"limit": limit, "before": before}).fetchall()
     return [Entry(*row) for row in rows]
 
 
@@ -71,7 +71,7 @@ def prune(conn: Connection, older_than: float) -> int:
     """Delete audit rows older than ``older_than`` seconds; returns how many."""
     deleted = 0
     while True:
-        n = conn.execute(queries.AUDIT_DELETE_BEFORE, {"older_than": older_than, "batch": PRUNE_BATCH}).rowcount
+        n = conn.execute(AUDIT_DELETE_BEFORE, {"older_than": older_than, "batch": PRUNE_BATCH}).rowcount
         conn.commit()
         deleted += n
         if n < PRUNE_BATCH:
@@ -109,7 +109,7 @@ def server_key(conn: Connection) -> bytes:
     the same for every process), read once per process."""
     url = conn.info.dsn
     if url not in _KEYS:
-        row = conn.execute(queries.AUDIT_KEY_GET).fetchone()
+        row = conn.execute(AUDIT_KEY_GET).fetchone()
         assert row is not None, "jobq_keys has no audit key: run jobq migrate"
         _KEYS[url] = bytes(row[0])
     return _KEYS[url]

@@ -15,7 +15,14 @@ JOBQ_CANCEL_GRACE seconds later.
 
 from __future__ import annotations
 
-from jobq import queries
+from jobq.store.sql.control import (
+    JOB_CANCEL_IF_UNFINISHED,
+    JOB_DELETE_IF_PENDING,
+    JOB_GET_RETRY_STATE,
+    JOB_GET_STATUS,
+    JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY,
+    JOB_RUN_NOW_IF_SCHEDULED,
+)
 from jobq.jobs import audit
 from jobq.store.connections import Connection, again_if_moved, connection
 from jobq.errors import AlreadyRetried, JobBusy, JobNotCancellable, JobNotDeletable, JobNotFound
@@ -44,7 +51,7 @@ def cancel_ids(conn: Connection, ids: list[int], actor: str) -> dict[int, str]:
     """Cancel those of ``ids`` that have not finished, in the caller's transaction;
     returns each cancelled id with its status before. No audit row: the caller writes
     one for the whole action."""
-    rows = again_if_moved(conn, queries.JOB_CANCEL_IF_UNFINISHED, {"ids": ids, "actor": actor}).fetchall()
+    rows = again_if_moved(conn, JOB_CANCEL_IF_UNFINISHED, {"ids": ids, "actor": actor}).fetchall()
     return {job_id: was for job_id, was, _ in rows}
 
 
@@ -53,7 +60,7 @@ def delete(job_id: int, *, actor: str | None = None, conn: Connection | None = N
     when the job is claimed, running or finished (cancel it instead)."""
     check_id(job_id)
     with connection(conn) as c:
-        if again_if_moved(c, queries.JOB_DELETE_IF_PENDING, {"id": job_id}).fetchone() is None:
+        if again_if_moved(c, JOB_DELETE_IF_PENDING, {"id": job_id}).fetchone() is None:
             _refuse(c, job_id, JobNotDeletable)
         audit.record(c, actor or audit.library_actor(), "delete", {"id": job_id}, {"changed": 1})
 
@@ -61,7 +68,7 @@ def delete(job_id: int, *, actor: str | None = None, conn: Connection | None = N
 def _refuse(
     conn: Connection, job_id: int, conflict: type[JobNotCancellable] | type[JobNotDeletable] | type[JobNotScheduled]
 ) -> None:
-    row = conn.execute(queries.JOB_GET_STATUS, {"id": job_id}).fetchone()
+    row = conn.execute(JOB_GET_STATUS, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFound(job_id)
     raise conflict(job_id, row[0])
@@ -89,7 +96,7 @@ def retry_ids(conn: Connection, ids: list[int]) -> dict[int, int]:
     """Retry those of ``ids`` that are dead or cancelled and not retried yet (skipping
     rows another session holds), in the caller's transaction; returns each retried id
     with its new job's id."""
-    return dict(again_if_moved(conn, queries.JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY, {"ids": ids}).fetchall())
+    return dict(again_if_moved(conn, JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY, {"ids": ids}).fetchall())
 
 
 def run_now(job_id: int, *, actor: str | None = None, conn: Connection | None = None) -> Job:
@@ -108,11 +115,11 @@ def run_now(job_id: int, *, actor: str | None = None, conn: Connection | None = 
 def run_now_ids(conn: Connection, ids: list[int]) -> list[int]:
     """Make those of ``ids`` that are pending and scheduled later due now (skipping rows
     another session holds), in the caller's transaction; returns the ids changed."""
-    return [row[0] for row in again_if_moved(conn, queries.JOB_RUN_NOW_IF_SCHEDULED, {"ids": ids})]
+    return [row[0] for row in again_if_moved(conn, JOB_RUN_NOW_IF_SCHEDULED, {"ids": ids})]
 
 
 def _refuse_retry(conn: Connection, job_id: int) -> None:
-    row = conn.execute(queries.JOB_GET_RETRY_STATE, {"id": job_id}).fetchone()
+    row = conn.execute(JOB_GET_RETRY_STATE, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFound(job_id)
     status, retried_as, letter_replayed, replayed_as = row

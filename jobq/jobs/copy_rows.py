@@ -1,7 +1,7 @@
 """New jobs' rows in PostgreSQL's binary COPY format, built here in one pass.
 
-:func:`jobq.jobs.submit` COPYs a large batch with :data:`jobq.queries.JOB_COPY` (or
-``JOB_COPY_WITH_TAGS``). psycopg's ``write_row`` looks up and calls a dumper for every
+:func:`jobq.jobs.submit` COPYs a large batch with
+:data:`jobq.store.sql.enqueue.JOB_COPY` (or ``JOB_COPY_WITH_TAGS``). psycopg's ``write_row`` looks up and calls a dumper for every
 value of every row (2.2 us a job of a 1,000-job batch, a third of the client's time);
 here the parts that repeat across a batch, as most do (type and queue, priority,
 max_retries and run_at, the payload of jobs that share one), are encoded once and

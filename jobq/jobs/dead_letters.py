@@ -10,7 +10,21 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import class_row
 
-from jobq import queries
+from jobq.store.sql.dead_letters import (
+    DEAD_LETTER_DELETE,
+    DEAD_LETTER_DISCARD_IF_WAITING,
+    DEAD_LETTER_GET,
+    DEAD_LETTER_GET_REPLAYED_AS,
+    DEAD_LETTER_GROUP_GET,
+    DEAD_LETTER_GROUP_LIST_WAITING,
+    DEAD_LETTER_LIST_COUNT,
+    DEAD_LETTER_LIST_FILTER_TYPE,
+    DEAD_LETTER_LIST_OF_GROUP,
+    DEAD_LETTER_LIST_ORDER,
+    DEAD_LETTER_LIST_SELECT,
+    DEAD_LETTER_REPLAY_IF_NOT_REPLAYED,
+    DEAD_LETTER_REPLAY_IF_WAITING,
+)
 from jobq.jobs import audit
 from jobq.store.connections import Connection, again_if_moved, connection
 from jobq.errors import AlreadyReplayed, DeadLetterGroupNotFound, DeadLetterNotFound, InvalidArgument
@@ -49,7 +63,7 @@ class Group:
 
 def get(dead_letter_id: int, *, conn: Connection | None = None) -> DeadLetter:
     """One dead-letter row. Raises :class:`DeadLetterNotFound`."""
-    return fetch_by_id(DeadLetter, queries.DEAD_LETTER_GET, dead_letter_id, DeadLetterNotFound, conn)
+    return fetch_by_id(DeadLetter, DEAD_LETTER_GET, dead_letter_id, DeadLetterNotFound, conn)
 
 
 def list_dead(
@@ -59,13 +73,13 @@ def list_dead(
     check_page(limit, offset)
     where: sql.Composable = sql.SQL("")
     if type is not None:
-        where = sql.SQL(" WHERE ") + sql.SQL(queries.DEAD_LETTER_LIST_FILTER_TYPE)
+        where = sql.SQL(" WHERE ") + sql.SQL(DEAD_LETTER_LIST_FILTER_TYPE)
     params = {"type": type, "limit": limit, "offset": offset}
     with connection(conn) as c:
         with c.cursor(row_factory=class_row(DeadLetter)) as cur:
-            query = sql.SQL(queries.DEAD_LETTER_LIST_SELECT) + where + sql.SQL(queries.DEAD_LETTER_LIST_ORDER)
+            query = sql.SQL(DEAD_LETTER_LIST_SELECT) + where + sql.SQL(DEAD_LETTER_LIST_ORDER)
             items = cur.execute(query, params).fetchall()
-        total = c.execute(sql.SQL(queries.DEAD_LETTER_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
+        total = c.execute(sql.SQL(DEAD_LETTER_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
     return Page(items, int(total), limit, offset)
 
 
@@ -79,10 +93,10 @@ def replay(dead_letter_id: int, *, conn: Connection | None = None) -> Job:
     with connection(conn) as c:
         with c.cursor(row_factory=class_row(Job)) as cur:
             params = {"id": dead_letter_id}
-            job = again_if_moved(c, queries.DEAD_LETTER_REPLAY_IF_NOT_REPLAYED, params, cursor=cur).fetchone()
+            job = again_if_moved(c, DEAD_LETTER_REPLAY_IF_NOT_REPLAYED, params, cursor=cur).fetchone()
         if job is not None:
             return job
-        row = c.execute(queries.DEAD_LETTER_GET_REPLAYED_AS, {"id": dead_letter_id}).fetchone()
+        row = c.execute(DEAD_LETTER_GET_REPLAYED_AS, {"id": dead_letter_id}).fetchone()
     if row is None:
         raise DeadLetterNotFound(dead_letter_id)
     raise AlreadyReplayed(dead_letter_id, row[1])
@@ -92,7 +106,7 @@ def discard(dead_letter_id: int, *, conn: Connection | None = None) -> None:
     """Delete a dead-letter row for good. Raises :class:`DeadLetterNotFound`."""
     check_id(dead_letter_id)
     with connection(conn) as c:
-        deleted = c.execute(queries.DEAD_LETTER_DELETE, {"id": dead_letter_id}).fetchone()
+        deleted = c.execute(DEAD_LETTER_DELETE, {"id": dead_letter_id}).fetchone()
     if deleted is None:
         raise DeadLetterNotFound(dead_letter_id)
 
@@ -104,13 +118,13 @@ def groups(*, limit: int = 100, conn: Connection | None = None) -> list[Group]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GROUPS:
         raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_GROUPS}")
     with connection(conn) as c, c.cursor(row_factory=class_row(Group)) as cur:
-        return cur.execute(queries.DEAD_LETTER_GROUP_LIST_WAITING, {"limit": limit}).fetchall()
+        return cur.execute(DEAD_LETTER_GROUP_LIST_WAITING, {"limit": limit}).fetchall()
 
 
 def group(group_id: str, *, conn: Connection | None = None) -> Group:
     """One group, waiting letters or not. Raises :class:`DeadLetterGroupNotFound`."""
     with connection(conn) as c, c.cursor(row_factory=class_row(Group)) as cur:
-        found = cur.execute(queries.DEAD_LETTER_GROUP_GET, {"id": group_id}).fetchone()
+        found = cur.execute(DEAD_LETTER_GROUP_GET, {"id": group_id}).fetchone()
     if found is None:
         raise DeadLetterGroupNotFound(group_id)
     return found
@@ -122,7 +136,7 @@ def letters_of_group(group_id: str, *, limit: int = 100, conn: Connection | None
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GROUPS:
         raise InvalidArgument("limit", f"must be an integer from 1 to {MAX_GROUPS}")
     with connection(conn) as c, c.cursor(row_factory=class_row(DeadLetter)) as cur:
-        return cur.execute(queries.DEAD_LETTER_LIST_OF_GROUP, {"group_id": group_id, "limit": limit}).fetchall()
+        return cur.execute(DEAD_LETTER_LIST_OF_GROUP, {"group_id": group_id, "limit": limit}).fetchall()
 
 
 def replay_many(ids: list[int], *, actor: str | None = None, conn: Connection | None = None) -> dict[int, int]:
@@ -132,7 +146,7 @@ def replay_many(ids: list[int], *, actor: str | None = None, conn: Connection | 
     _check_ids(ids)
     actor = actor or audit.library_actor()
     with connection(conn) as c, c.transaction():
-        replayed = dict(c.execute(queries.DEAD_LETTER_REPLAY_IF_WAITING, {"ids": ids}).fetchall())
+        replayed = dict(c.execute(DEAD_LETTER_REPLAY_IF_WAITING, {"ids": ids}).fetchall())
         audit.record(c, actor, "dead_letter.replay", {"ids": ids}, {"changed": len(replayed)})
     return replayed
 
@@ -143,7 +157,7 @@ def discard_many(ids: list[int], *, actor: str | None = None, conn: Connection |
     _check_ids(ids)
     actor = actor or audit.library_actor()
     with connection(conn) as c, c.transaction():
-        deleted = [row[0] for row in c.execute(queries.DEAD_LETTER_DISCARD_IF_WAITING, {"ids": ids})]
+        deleted = [row[0] for row in c.execute(DEAD_LETTER_DISCARD_IF_WAITING, {"ids": ids})]
         audit.record(c, actor, "dead_letter.discard", {"ids": ids}, {"changed": len(deleted)})
     return deleted
 

@@ -1,6 +1,6 @@
 """One filter over jobs, for listings (:func:`jobq.list_jobs`, ``GET /jobs``), dry runs
 and bulk operations (:mod:`jobq.jobs.operations`): a validated model, and the WHERE clause
-it stands for (made of the fragments ``queries.JOB_LIST_FILTERS``).
+it stands for (made of the fragments ``jobq.store.sql.ledger.JOB_LIST_FILTERS``).
 
 Every criterion given must hold (AND); none given matches every job. ``error`` is a
 case-insensitive substring of the job's last error, taken literally (``%`` and ``_``
@@ -17,7 +17,7 @@ from psycopg import sql
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from pydantic import field_validator
 
-from jobq import queries
+from jobq.store.sql.ledger import JOB_LIST_FILTERS
 from jobq.errors import InvalidArgument
 from jobq.job import STATUSES
 from jobq.spec import MAX_QUEUE_LENGTH, MAX_TAG_LENGTH, MAX_TYPE_LENGTH, as_utc, check_text, field_name
@@ -70,7 +70,7 @@ class JobFilter(BaseModel):
 
     def conditions(self) -> sql.Composable:
         """The criteria as SQL joined with AND (``TRUE`` for none), for :meth:`params`."""
-        clauses = [sql.SQL(queries.JOB_LIST_FILTERS[name]) for name in self.given()]
+        clauses = [sql.SQL(JOB_LIST_FILTERS[name]) for name in self.given()]
         return sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("TRUE")
 
     def where(self) -> sql.Composable:

@@ -22,7 +22,24 @@ from typing import Any, Generic, Protocol, TypeVar
 import psycopg
 from psycopg import sql
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_ADD
+from jobq.store.sql.leases import (
+    JOB_CLAIM,
+    JOB_HEARTBEAT_IF_LEASED,
+    JOB_NEXT_RUN_AT,
+    JOB_RELEASE_ORPHANS_OF_WORKER,
+    JOB_RELOCK_IF_LEASED,
+    JOB_SET_PROGRESS_IF_LEASED,
+    JOB_START_IF_LEASED,
+)
+from jobq.store.sql.outcomes import (
+    JOB_CANCEL_IF_LEASED,
+    JOB_COMPLETE_IF_LEASED,
+    JOB_FAIL_IF_LEASED,
+    JOB_GET_FINISHED_UNDER_LEASE,
+    JOB_RELEASE_IF_LEASED,
+    JOB_SNOOZE_IF_LEASED,
+)
 from jobq.store import connections
 from jobq.store.connections import Connection
 from jobq.job import Job
@@ -45,8 +62,8 @@ def changed_meanwhile(exc: BaseException) -> bool:
       released) whose idempotency key another job took by an insert that had not
       committed yet when the write looked for a holder (migration 0008) fails on
       KEY_HELD_INDEX once that insert commits. No lock was let go
-      (queries._unlock_after); sent again, the write sees the holder, and the job ends
-      cancelled, superseded by it;
+      (jobq.store.sql.outcomes._unlock_after); sent again, the write sees the holder,
+      and the job ends cancelled, superseded by it;
     * the partitions moved under it (:func:`jobq.store.connections.moved_meanwhile`, schema 13): a job
       finished, cancelled or deleted by a transaction that committed after this one's
       snapshot left jobs_live, and an update or row lock of it cannot follow it there
@@ -143,21 +160,21 @@ def claim(
 def claim_statement(limit: int) -> str:
     """JOB_CLAIM for claims of up to ``limit`` jobs: one statement (and one prepared
     plan) per claim size; a worker's sizes are the powers of two up to its cap."""
-    return sql.SQL(queries.JOB_CLAIM).format(limit=sql.Literal(limit)).as_string()
+    return sql.SQL(JOB_CLAIM).format(limit=sql.Literal(limit)).as_string()
 
 
 def start(conn: Connection, jobs: Sequence[Leased], elapsed: Sequence[float]) -> Deferred[set[int]]:
     """claimed -> running for jobs that started ``elapsed`` seconds ago; the answer is
     the ids whose lease no longer matched (not marked)."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_START_IF_LEASED, {**_leases(jobs), "elapsed": list(elapsed)})
+    cur.execute(JOB_START_IF_LEASED, {**_leases(jobs), "elapsed": list(elapsed)})
     return Deferred(lambda: {leased.job_id for leased in jobs} - {row[0] for row in cur.fetchall()})
 
 
 def heartbeat(conn: Connection, jobs: Sequence[Leased]) -> Deferred[set[int]]:
     """Touch heartbeat_at of in-flight jobs; the answer is the ids no longer held."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_HEARTBEAT_IF_LEASED, _leases(jobs))
+    cur.execute(JOB_HEARTBEAT_IF_LEASED, _leases(jobs))
     return Deferred(lambda: {leased.job_id for leased in jobs} - {row[0] for row in cur.fetchall()})
 
 
@@ -170,7 +187,7 @@ def complete(
     a stale lease."""
     cur = conn.cursor()
     cur.execute(
-        queries.JOB_COMPLETE_IF_LEASED,
+        JOB_COMPLETE_IF_LEASED,
         {**_locked_params(jobs, lock_base), "results": list(results), "elapsed": list(elapsed)},
     )
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
@@ -194,7 +211,7 @@ def fail(
     write was rejected for a stale lease."""
     cur = conn.cursor()
     cur.execute(
-        queries.JOB_FAIL_IF_LEASED,
+        JOB_FAIL_IF_LEASED,
         {
             **_locked_params(jobs, lock_base),
             "errors": list(errors),
@@ -220,7 +237,7 @@ def release(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Defe
     """claimed|running -> pending with no attempt counted; the answer is the ids whose
     write was rejected for a stale lease."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_RELEASE_IF_LEASED, _locked_params(jobs, lock_base))
+    cur.execute(JOB_RELEASE_IF_LEASED, _locked_params(jobs, lock_base))
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
@@ -228,7 +245,7 @@ def snooze(conn: Connection, jobs: Sequence[Leased], delays: Sequence[float], *,
     """claimed|running -> pending after ``delays`` seconds, a snooze counted and no
     attempt; the answer is the ids whose write was rejected for a stale lease."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_SNOOZE_IF_LEASED, {**_locked_params(jobs, lock_base), "delays": list(delays)})
+    cur.execute(JOB_SNOOZE_IF_LEASED, {**_locked_params(jobs, lock_base), "delays": list(delays)})
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
@@ -236,14 +253,14 @@ def cancel(conn: Connection, jobs: Sequence[Leased], *, actor: str, lock_base: i
     """claimed|running -> cancelled (a handler that ended cancelled); the answer is the
     ids whose write found the job already changed (an operator's cancel, usually)."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_CANCEL_IF_LEASED, {**_locked_params(jobs, lock_base), "actor": actor})
+    cur.execute(JOB_CANCEL_IF_LEASED, {**_locked_params(jobs, lock_base), "actor": actor})
     return Deferred(lambda: {row[0] for row in cur.fetchall() if not row[1]})
 
 
 def set_progress(conn: Connection, job: Leased, progress_json: str) -> bool:
     """Write a running job's progress; False if it is no longer held under its lease."""
     params = {"id": job.job_id, "lease": job.lease, "progress": progress_json}
-    return conn.execute(queries.JOB_PROGRESS_SET_IF_LEASED, params).fetchone() is not None
+    return conn.execute(JOB_SET_PROGRESS_IF_LEASED, params).fetchone() is not None
 
 
 @dataclass(frozen=True)
@@ -259,7 +276,7 @@ class Relocked:
 def relock(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Relocked:
     """After a reconnect: take again the advisory locks of jobs still held under their
     leases."""
-    rows = conn.execute(queries.JOB_RELOCK_IF_LEASED, {**_leases(jobs), "lock_base": lock_base}).fetchall()
+    rows = conn.execute(JOB_RELOCK_IF_LEASED, {**_leases(jobs), "lock_base": lock_base}).fetchall()
     return Relocked(
         lost={job_id for job_id, _, locked in rows if not locked},
         taken_back={job_id for job_id, leased, _ in rows if not leased},
@@ -270,13 +287,13 @@ def finished_under_lease(conn: Connection, jobs: Sequence[Leased]) -> set[int]:
     """Of ``jobs``, those whose row still carries the lease presented but is no longer in
     flight: after a reconnect, the outcome writes the broken connection had in fact
     committed (not stale ones)."""
-    return {row[0] for row in conn.execute(queries.JOB_GET_FINISHED_UNDER_LEASE, _leases(jobs))}
+    return {row[0] for row in conn.execute(JOB_GET_FINISHED_UNDER_LEASE, _leases(jobs))}
 
 
 def release_orphans(conn: Connection, worker_id: str, held: Sequence[int]) -> list[int]:
     """After a reconnect: give back the claimed jobs of ``worker_id`` other than ``held``
     (claims whose answer was lost with the old connection). Returns their ids."""
-    rows = conn.execute(queries.JOB_RELEASE_ORPHANS_OF_WORKER, {"worker_id": worker_id, "held": list(held)})
+    rows = conn.execute(JOB_RELEASE_ORPHANS_OF_WORKER, {"worker_id": worker_id, "held": list(held)})
     return [row[0] for row in rows]
 
 
@@ -284,7 +301,7 @@ def next_run_in(conn: Connection, queues: Sequence[str]) -> Deferred[float | Non
     """Seconds until the earliest pending job of ``queues`` is due (<= 0: due now);
     None when none is pending."""
     cur = conn.cursor()
-    cur.execute(queries.JOB_NEXT_RUN_AT, {"queues": list(queues)})
+    cur.execute(JOB_NEXT_RUN_AT, {"queues": list(queues)})
 
     def read() -> float | None:
         row = cur.fetchone()
@@ -297,7 +314,7 @@ def count_events(conn: Connection, name: str, jobs: Iterable[tuple[str, str]]) -
     """Count one event (a reclaim, a timeout, a stale-lease rejection) per job, given
     as (queue, type): one counter update per queue and type."""
     for (queue, job_type), n in Counter(jobs).items():
-        conn.execute(queries.COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
+        conn.execute(COUNTER_ADD, {"queue": queue, "type": job_type, "name": name, "n": n})
 
 
 def _leases(jobs: Sequence[Leased]) -> dict[str, Any]:

@@ -11,7 +11,17 @@ from typing import Any, Generic, TypeVar
 from psycopg import sql
 from psycopg.rows import class_row
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_LIST
+from jobq.store.sql.ledger import (
+    JOB_GET,
+    JOB_GET_CREATED_AT,
+    JOB_LIST_AFTER,
+    JOB_LIST_COUNT,
+    JOB_LIST_COUNT_UP_TO,
+    JOB_LIST_FEW,
+    JOB_LIST_ORDER,
+    JOB_LIST_SELECT,
+)
 from jobq.jobs import cursors
 from jobq.store.connections import Connection, connection
 from jobq.errors import InvalidArgument, JobNotFound
@@ -43,7 +53,7 @@ class Page(Generic[Row]):
 
 def get(job_id: int, *, conn: Connection | None = None) -> Job:
     """The job with this id. Raises :class:`JobNotFound`."""
-    return fetch_by_id(Job, queries.JOB_GET, job_id, JobNotFound, conn)
+    return fetch_by_id(Job, JOB_GET, job_id, JobNotFound, conn)
 
 
 def fetch_by_id(
@@ -115,11 +125,11 @@ def list_jobs(
             total = _total_from_counters(c, status=status, queue=queue)
             wanted = max(0, min(limit, total - offset))
         elif set(job_filter.given()) <= SEED_CRITERIA and not capped:
-            total = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
+            total = c.execute(sql.SQL(JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
             wanted = limit
         else:
             cap = min(offset + COUNT_LIMIT, MAX_ID - 1)  # cap + 1 must be a bigint
-            counted = sql.SQL(queries.JOB_LIST_COUNT_UP_TO).format(where=where)
+            counted = sql.SQL(JOB_LIST_COUNT_UP_TO).format(where=where)
             total = c.execute(counted, {**params, "cap": cap + 1}).fetchone()[0]  # type: ignore[index]
             exact, total = total <= cap, min(total, cap)
             wanted = max(0, min(limit, total - offset)) if exact else limit
@@ -128,11 +138,11 @@ def list_jobs(
             # One row more than the page shows tells whether another page follows.
             wanted = limit + 1 if total else 0
             conditions = [job_filter.conditions()] if job_filter.given() else []
-            where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join([*conditions, sql.SQL(queries.JOB_LIST_AFTER)])
+            where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join([*conditions, sql.SQL(JOB_LIST_AFTER)])
             params = {**params, "after_created_at": after[0], "after_id": after[1]}
         query = (
-            sql.SQL(queries.JOB_LIST_FEW).format(where=where) if few
-            else sql.SQL(queries.JOB_LIST_SELECT) + where + sql.SQL(queries.JOB_LIST_ORDER)
+            sql.SQL(JOB_LIST_FEW).format(where=where) if few
+            else sql.SQL(JOB_LIST_SELECT) + where + sql.SQL(JOB_LIST_ORDER)
         )
         items: list[Job] = []
         if wanted:
@@ -162,7 +172,7 @@ def _start_after(cursor: str | None, before: int | None, offset: int) -> tuple[d
 
 
 def _created_at_of(conn: Connection, job_id: int) -> datetime:
-    row = conn.execute(queries.JOB_GET_CREATED_AT, {"id": job_id}).fetchone()
+    row = conn.execute(JOB_GET_CREATED_AT, {"id": job_id}).fetchone()
     if row is None:
         raise InvalidArgument("before", f"no job {job_id}: start after a job that exists")
     return row[0]  # type: ignore[no-any-return]
@@ -186,7 +196,7 @@ def counts(*, conn: Connection | None = None) -> Counts:
     per_queue: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
     per_type: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(STATUSES, 0))
     with connection(conn) as c:
-        rows = c.execute(queries.COUNTERS_GET).fetchall()
+        rows = c.execute(COUNTER_LIST).fetchall()
     for queue, job_type, name, n in rows:
         n = int(n)
         per_queue[queue][name] = per_queue[queue].get(name, 0) + n

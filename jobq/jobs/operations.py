@@ -38,7 +38,30 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from jobq import queries, settings
+from jobq import settings
+from jobq.store.sql.dead_letters import (
+    DEAD_LETTER_DISCARD_IF_WAITING,
+    DEAD_LETTER_GROUP_EXISTS,
+    DEAD_LETTER_REPLAY_IF_WAITING,
+)
+from jobq.store.sql.ledger import JOB_LIST_COUNT
+from jobq.store.sql.operations import (
+    DEAD_LETTER_CHUNK_OF_GROUP,
+    DEAD_LETTER_GET_LAST_ID,
+    JOB_CHUNK_ORDER,
+    JOB_CHUNK_SELECT,
+    JOB_DELETE_IF_NOT_IN_FLIGHT,
+    JOB_GET_LAST_ID,
+    JOB_SET_PRIORITY_IF_PENDING,
+    OPERATION_ADVANCE_IF_AT_CURSOR,
+    OPERATION_FINISH_IF_RUNNING,
+    OPERATION_GET,
+    OPERATION_INSERT,
+    OPERATION_LIST_RUNNING,
+    OPERATION_LOCK,
+    OPERATION_TRY_LOCK,
+    OPERATION_UNLOCK,
+)
 from jobq.jobs import audit
 from jobq.jobs import control
 from jobq.store import connections
@@ -92,14 +115,14 @@ class Operation:
 
 def get(operation_id: int, *, conn: Connection | None = None) -> Operation:
     """One operation. Raises :class:`OperationNotFound`."""
-    return fetch_by_id(Operation, queries.OPERATION_GET, operation_id, OperationNotFound, conn)
+    return fetch_by_id(Operation, OPERATION_GET, operation_id, OperationNotFound, conn)
 
 
 def count(job_filter: JobFilter | dict[str, Any], *, conn: Connection | None = None) -> int:
     """How many jobs match ``job_filter`` now: a dry run, changing nothing."""
     job_filter = parse_filter(job_filter, prefix="filter.")
     with connection(conn) as c:
-        row = c.execute(sql.SQL(queries.JOB_LIST_COUNT) + job_filter.where(), job_filter.params()).fetchone()
+        row = c.execute(sql.SQL(JOB_LIST_COUNT) + job_filter.where(), job_filter.params()).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -144,26 +167,26 @@ def start(
     if dead_letter_group is None:
         checked = check_job_action(action, job_filter or {}, priority)
         target: dict[str, Any] = {"filter": checked.to_json()}
-        last_id_query = queries.JOB_GET_LAST_ID
+        last_id_query = JOB_GET_LAST_ID
         if priority is not None:
             params["priority"] = priority
     else:
         if action not in GROUP_ACTIONS:
             raise InvalidArgument("action", f"must be one of {', '.join(GROUP_ACTIONS)}")
         target = {"dead_letter_group": dead_letter_group}
-        last_id_query = queries.DEAD_LETTER_GET_LAST_ID
+        last_id_query = DEAD_LETTER_GET_LAST_ID
     with connections.database_errors(), conn.transaction():
         if dead_letter_group is not None:
-            if not conn.execute(queries.DEAD_LETTER_GROUP_EXISTS, {"id": dead_letter_group}).fetchone()[0]:  # type: ignore[index]
+            if not conn.execute(DEAD_LETTER_GROUP_EXISTS, {"id": dead_letter_group}).fetchone()[0]:  # type: ignore[index]
                 raise DeadLetterGroupNotFound(dead_letter_group)
         params["last_id"] = conn.execute(last_id_query).fetchone()[0]  # type: ignore[index]
         with conn.cursor(row_factory=class_row(Operation)) as cur:
             operation = cur.execute(
-                queries.OPERATION_INSERT,
+                OPERATION_INSERT,
                 {"action": action, "target": json.dumps(target), "params": json.dumps(params), "actor": actor},
             ).fetchone()
         assert operation is not None
-        conn.execute(queries.OPERATION_LOCK, _key(operation.id))
+        conn.execute(OPERATION_LOCK, _key(operation.id))
         audit.record(conn, actor, f"bulk_{action}", {"operation": operation.id, **target}, {"state": "running"})
     log.info("operation.started operation=%s action=%s actor=%s", operation.id, action, actor)
     return operation
@@ -222,7 +245,7 @@ def run(
                     operation = _finish(conn, operation, "failed", connections.first_line(exc))
     finally:
         if not conn.closed and not conn.broken:
-            conn.execute(queries.OPERATION_UNLOCK, _key(operation.id))
+            conn.execute(OPERATION_UNLOCK, _key(operation.id))
     return operation
 
 
@@ -234,15 +257,15 @@ def resume_stalled(conn: Connection, *, budget: float | None = None) -> int:
     _require_autocommit(conn)
     deadline = None if budget is None else time.monotonic() + budget
     worked = 0
-    for (operation_id,) in conn.execute(queries.OPERATION_LIST_RUNNING).fetchall():
+    for (operation_id,) in conn.execute(OPERATION_LIST_RUNNING).fetchall():
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
-        if not conn.execute(queries.OPERATION_TRY_LOCK, _key(operation_id)).fetchone()[0]:  # type: ignore[index]
+        if not conn.execute(OPERATION_TRY_LOCK, _key(operation_id)).fetchone()[0]:  # type: ignore[index]
             continue  # its runner is alive
         operation = get(operation_id, conn=conn)
         if operation.state != "running":  # finished between the listing and the lock
-            conn.execute(queries.OPERATION_UNLOCK, _key(operation_id))
+            conn.execute(OPERATION_UNLOCK, _key(operation_id))
             continue
         log.info("operation.resumed operation=%s action=%s cursor=%s", operation.id, operation.action, operation.cursor)
         run(conn, operation, budget=left)
@@ -258,12 +281,12 @@ def _steps(operation: Operation) -> tuple[Callable[[Connection, int, int], list[
 
         def select_letters(conn: Connection, cursor: int, size: int) -> list[int]:
             params = {"group_id": group_id, "cursor": cursor, "last_id": last_id, "chunk": size}
-            return [row[0] for row in conn.execute(queries.DEAD_LETTER_CHUNK_OF_GROUP, params)]
+            return [row[0] for row in conn.execute(DEAD_LETTER_CHUNK_OF_GROUP, params)]
 
         return select_letters, _GROUP_ACTIONS[operation.action]
     job_filter = JobFilter.model_validate(operation.target["filter"])
     conditions = sql.SQL(" AND ") + job_filter.conditions() if job_filter.given() else sql.SQL("")
-    query = sql.SQL(queries.JOB_CHUNK_SELECT) + conditions + sql.SQL(queries.JOB_CHUNK_ORDER)
+    query = sql.SQL(JOB_CHUNK_SELECT) + conditions + sql.SQL(JOB_CHUNK_ORDER)
     filter_params = job_filter.params()
 
     def select_jobs(conn: Connection, cursor: int, size: int) -> list[int]:
@@ -284,12 +307,12 @@ _JOB_ACTIONS: dict[str, Callable[[Connection, Operation, list[int]], int]] = {
     "cancel": lambda conn, op, ids: len(control.cancel_ids(conn, ids, op.actor)),
     "retry": lambda conn, op, ids: len(control.retry_ids(conn, ids)),
     "run_now": lambda conn, op, ids: len(control.run_now_ids(conn, ids)),
-    "delete": _changed(queries.JOB_DELETE_IF_NOT_IN_FLIGHT),
-    "set_priority": _changed(queries.JOB_SET_PRIORITY_IF_PENDING),
+    "delete": _changed(JOB_DELETE_IF_NOT_IN_FLIGHT),
+    "set_priority": _changed(JOB_SET_PRIORITY_IF_PENDING),
 }
 _GROUP_ACTIONS: dict[str, Callable[[Connection, Operation, list[int]], int]] = {
-    "replay": _changed(queries.DEAD_LETTER_REPLAY_IF_WAITING),
-    "discard": _changed(queries.DEAD_LETTER_DISCARD_IF_WAITING),
+    "replay": _changed(DEAD_LETTER_REPLAY_IF_WAITING),
+    "discard": _changed(DEAD_LETTER_DISCARD_IF_WAITING),
 }
 
 
@@ -299,7 +322,7 @@ def _advance(conn: Connection, operation: Operation, ids: list[int], changed: in
         "matched": len(ids), "changed": changed, "skipped": len(ids) - changed,
     }
     with conn.cursor(row_factory=class_row(Operation)) as cur:
-        advanced = cur.execute(queries.OPERATION_ADVANCE_IF_AT_CURSOR, params).fetchone()
+        advanced = cur.execute(OPERATION_ADVANCE_IF_AT_CURSOR, params).fetchone()
     if advanced is None:
         # Two runners of one operation: the advisory lock makes this impossible; roll
         # the chunk back rather than count it twice.
@@ -310,7 +333,7 @@ def _advance(conn: Connection, operation: Operation, ids: list[int], changed: in
 def _finish(conn: Connection, operation: Operation, state: str, error: str | None) -> Operation:
     with conn.cursor(row_factory=class_row(Operation)) as cur:
         finished = cur.execute(
-            queries.OPERATION_FINISH_IF_RUNNING, {"id": operation.id, "state": state, "error": error}
+            OPERATION_FINISH_IF_RUNNING, {"id": operation.id, "state": state, "error": error}
         ).fetchone()
     if finished is None:
         return get(operation.id, conn=conn)

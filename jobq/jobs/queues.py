@@ -1,6 +1,6 @@
 """Queues as an operator sees them: pause and resume them, and list every queue known.
 
-A paused queue's jobs are not claimed by any worker (:data:`jobq.queries.JOB_CLAIM`
+A paused queue's jobs are not claimed by any worker (:data:`jobq.store.sql.leases.JOB_CLAIM`
 leaves paused queues out), and idle workers do not wait on its due jobs; enqueueing
 continues and running jobs finish. The pause is a row of ``jobq_queues``, so it
 survives restarts and deploys, and a queue can be paused before it has a job.
@@ -22,7 +22,13 @@ from datetime import datetime
 from typing import Any
 
 import jobq.settings
-from jobq import queries
+from jobq.store.sql.queues import (
+    JOB_GET_OLDEST_DUE,
+    QUEUE_LIST,
+    QUEUE_PAUSE_IF_NOT_PAUSED,
+    QUEUE_RESUME_IF_PAUSED,
+)
+from jobq.store.sql.workers import WORKER_LIST_ACTIVE_QUEUES
 from jobq.jobs import audit
 from jobq.store.connections import Connection, connection
 from jobq.errors import InvalidArgument
@@ -112,11 +118,11 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
         stale_seconds = jobq.settings.current().stale_threshold
     with connection(conn) as c:
         with c.pipeline():
-            cur_paused = c.execute(queries.QUEUE_LIST)
-            cur_workers = c.execute(queries.WORKER_LIST_ACTIVE_QUEUES, {"stale_seconds": stale_seconds})
+            cur_paused = c.execute(QUEUE_LIST)
+            cur_workers = c.execute(WORKER_LIST_ACTIVE_QUEUES, {"stale_seconds": stale_seconds})
             reading = counts(conn=c)
             pending = [q for q, depth in reading.queues.items() if depth.get("pending")]
-            cur_oldest = c.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending})
+            cur_oldest = c.execute(JOB_GET_OLDEST_DUE, {"queues": pending})
             rows = {name: (at, by, reason) for name, at, by, reason in cur_paused.fetchall()}
             worker_queues = [queues for (queues,) in cur_workers.fetchall()]
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
@@ -149,7 +155,7 @@ def _pause(
     wanted = sorted(set(queue_names))
     with connection(conn) as c, c.transaction():
         params = {"names": wanted, "actor": actor, "reason": reason}
-        rows = c.execute(queries.QUEUE_PAUSE_IF_NOT_PAUSED, params).fetchall()
+        rows = c.execute(QUEUE_PAUSE_IF_NOT_PAUSED, params).fetchall()
         changed = sorted(name for name, _ in rows)
         audit.record(c, actor, "pause", {**target, "reason": reason}, {"queues": len(wanted), "changed": len(changed)})
     return Change(wanted, changed)
@@ -161,7 +167,7 @@ def _resume(
     actor = actor or audit.library_actor()
     wanted = None if queue_names is None else sorted(set(queue_names))
     with connection(conn) as c, c.transaction():
-        rows = c.execute(queries.QUEUE_RESUME_IF_PAUSED, {"names": wanted}).fetchall()
+        rows = c.execute(QUEUE_RESUME_IF_PAUSED, {"names": wanted}).fetchall()
         changed = sorted(name for name, *_ in rows)
         audit.record(c, actor, "resume", target, {"changed": len(changed)})
     return Change(changed if wanted is None else wanted, changed)

@@ -19,7 +19,18 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_GET_PENDING
+from jobq.store.sql.enqueue import (
+    JOB_COPY,
+    JOB_COPY_WITH_TAGS,
+    JOB_GET_BY_IDS,
+    JOB_GET_KEY_HOLDERS,
+    JOB_INSERT,
+    JOB_INSERT_MANY,
+    JOB_INSERT_RESERVED,
+    JOB_INSERT_RESERVED_IF_ABSENT,
+    JOB_RESERVE_IDS,
+)
 from jobq.jobs.copy_rows import job_rows
 from jobq.store.connections import Connection, connection, first_line
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
@@ -107,11 +118,11 @@ def _insert_one(conn: Connection, params: dict[str, Any]) -> Enqueued:
     """One row (JOB_INSERT), or the job holding its key."""
     with conn.cursor(row_factory=class_row(Job)) as cur:
         for _ in range(KEY_ATTEMPTS):
-            cur.execute(queries.JOB_INSERT, params)
+            cur.execute(JOB_INSERT, params)
             job = cur.fetchone()
             if job is not None:
                 return Enqueued(job, True)
-            cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": [params["idempotency_key"]]})
+            cur.execute(JOB_GET_KEY_HOLDERS, {"keys": [params["idempotency_key"]]})
             holder = cur.fetchone()
             if holder is not None:
                 return Enqueued(holder, False)
@@ -222,7 +233,7 @@ def reserve_ids(n: int, *, conn: Connection | None = None) -> list[int]:
     """``n`` new ids from the jobs' identity sequence, never handed out again, for
     :func:`submit_reserved`. Raises DatabaseUnavailable."""
     with connection(conn) as c:
-        row = c.execute(queries.JOB_IDS_RESERVE, {"n": n}).fetchone()
+        row = c.execute(JOB_RESERVE_IDS, {"n": n}).fetchone()
     assert row is not None
     return list(row[1])
 
@@ -232,14 +243,14 @@ def _insert_reserved(conn: Connection, rows: list[Row], ids: list[int], *, again
     inserted nothing because the sequence was restarted since ``ids`` were reserved."""
     params = {"ids": ids, "last_id": max(ids), **_array_params(rows)}
     # (id, run_at, created_at) of the rows inserted now; again, an id already stored returns nothing
-    statement = queries.JOB_INSERT_RESERVED_IF_ABSENT if again else queries.JOB_INSERT_RESERVED
+    statement = JOB_INSERT_RESERVED_IF_ABSENT if again else JOB_INSERT_RESERVED
     inserted = {row[0]: row for row in conn.execute(statement, params)}
     if not again and not inserted:
         return None
     earlier: dict[int, Job] = {}
     if len(inserted) < len(ids):
         with conn.cursor(row_factory=class_row(Job)) as cur:
-            cur.execute(queries.JOB_GET_BY_IDS, {"ids": [job_id for job_id in ids if job_id not in inserted]})
+            cur.execute(JOB_GET_BY_IDS, {"ids": [job_id for job_id in ids if job_id not in inserted]})
             earlier = {job.id: job for job in cur.fetchall()}
     jobs = []
     for row, job_id in zip(rows, ids, strict=True):
@@ -256,10 +267,10 @@ def _copy(conn: Connection, rows: list[Row]) -> list[Job]:
     """Binary COPY of rows without idempotency keys, under ids reserved first, with the
     reservation's timestamp as created_at (and run_at for those due now): what the column
     defaults would give in one transaction, and the same in autocommit."""
-    now, ids = conn.execute(queries.JOB_IDS_RESERVE, {"n": len(rows)}).fetchone()  # type: ignore[misc]
+    now, ids = conn.execute(JOB_RESERVE_IDS, {"n": len(rows)}).fetchone()  # type: ignore[misc]
     # The tags column only when some job has tags: a field fewer per row otherwise.
     tagged = any(row[TAGS] for row in rows)
-    with conn.cursor().copy(queries.JOB_COPY_WITH_TAGS if tagged else queries.JOB_COPY) as copy:
+    with conn.cursor().copy(JOB_COPY_WITH_TAGS if tagged else JOB_COPY) as copy:
         for data in job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding):
             copy.write(data)  # the server takes in these rows while the next are made...
         # ...and the last ones while the jobs are built
@@ -271,7 +282,7 @@ def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Jo
     holder left its scope in between is inserted again (the jobs without a key went in
     the first time)."""
     # (id, key, run_at, created_at) of the rows inserted; ids follow the input order
-    inserted = sorted(conn.execute(queries.JOB_INSERT_MANY, _array_params(rows)).fetchall())
+    inserted = sorted(conn.execute(JOB_INSERT_MANY, _array_params(rows)).fetchall())
     new = {row[1]: row for row in inserted if row[1] is not None}
     unkeyed = iter([row for row in inserted if row[1] is None])
     held: dict[str, Job] = {}
@@ -280,12 +291,12 @@ def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Jo
         for _ in range(KEY_ATTEMPTS):
             if not waiting:
                 break
-            cur.execute(queries.JOB_GET_KEY_HOLDERS, {"keys": waiting})
+            cur.execute(JOB_GET_KEY_HOLDERS, {"keys": waiting})
             held.update((job.idempotency_key, job) for job in cur.fetchall())  # type: ignore[misc]
             unheld = set(waiting) - held.keys()
             again = [row for row in rows if row[KEY] in unheld]
             if again:
-                more = conn.execute(queries.JOB_INSERT_MANY, _array_params(again)).fetchall()
+                more = conn.execute(JOB_INSERT_MANY, _array_params(again)).fetchall()
                 new.update((row[1], row) for row in more)
             waiting = [key for key in waiting if key not in new and key not in held]
     if waiting:
@@ -327,7 +338,7 @@ def _new_job(row: Row, job_id: int, run_at: datetime, created_at: datetime) -> J
 def check_admission(conn: Connection, max_pending: int) -> None:
     """Raise :class:`Overloaded` while more than ``max_pending`` jobs are pending (from
     the counters, not a scan)."""
-    row = conn.execute(queries.COUNTERS_GET_PENDING).fetchone()
+    row = conn.execute(COUNTER_GET_PENDING).fetchone()
     pending = int(row[0]) if row else 0
     if pending > max_pending:
         raise Overloaded(pending, max_pending)

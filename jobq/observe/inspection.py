@@ -7,7 +7,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from jobq import queries
+from jobq.store.sql.database import ADVISORY_LOCK_LIST_OF_NAMESPACE
+from jobq.store.sql.dead_letters import DEAD_LETTER_COUNT_WAITING, DEAD_LETTER_LIST_WAITING
+from jobq.store.sql.ledger import JOB_LIST_RECENT_FAILURES
+from jobq.store.sql.queues import JOB_GET_OLDEST_DUE, QUEUE_LIST
+from jobq.store.sql.workers import WORKER_LIST
 from jobq.store import locks
 from jobq.store.connections import Connection
 from jobq.job import STATUSES, last_line
@@ -89,20 +93,20 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
     """Everything `jobq inspect` shows, read now."""
     c = counts(conn=conn)
     queues = {queue: {s: depths.get(s, 0) for s in STATUSES} for queue, depths in sorted(c.queues.items())}
-    workers = [WorkerRow(*row) for row in conn.execute(queries.WORKER_LIST)]
+    workers = [WorkerRow(*row) for row in conn.execute(WORKER_LIST)]
     pending_queues = [q for q, depths in queues.items() if depths["pending"]]
-    oldest = conn.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending_queues}).fetchone()  # oldest first
+    oldest = conn.execute(JOB_GET_OLDEST_DUE, {"queues": pending_queues}).fetchone()  # oldest first
     failures = [
         Failure(*row[:6], last_line(row[6]), row[7])
-        for row in conn.execute(queries.JOB_LIST_RECENT_FAILURES, {"limit": RECENT})
+        for row in conn.execute(JOB_LIST_RECENT_FAILURES, {"limit": RECENT})
     ]
-    waiting = int(conn.execute(queries.DEAD_LETTER_COUNT_WAITING).fetchone()[0])  # type: ignore[index]
+    waiting = int(conn.execute(DEAD_LETTER_COUNT_WAITING).fetchone()[0])  # type: ignore[index]
     dead = [
         DeadRow(*row[:5], last_line(row[5]), row[6])
-        for row in conn.execute(queries.DEAD_LETTER_LIST_WAITING, {"limit": RECENT})
+        for row in conn.execute(DEAD_LETTER_LIST_WAITING, {"limit": RECENT})
     ]
-    paused = [name for name, paused_at, _, _ in conn.execute(queries.QUEUE_LIST) if paused_at is not None]
-    held = conn.execute(queries.ADVISORY_LOCKS_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": namespace})
+    paused = [name for name, paused_at, _, _ in conn.execute(QUEUE_LIST) if paused_at is not None]
+    held = conn.execute(ADVISORY_LOCK_LIST_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": namespace})
     return Snapshot(
         depth=c.depth,
         queues=queues,

@@ -26,7 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_SAMPLE_BASELINE
+from jobq.store.sql.dead_letters import DEAD_LETTER_COUNT_WAITING_BY_QUEUE
+from jobq.store.sql.ledger import JOB_LIST_RECENT_RUN_TIMES
+from jobq.store.sql.queues import JOB_GET_OLDEST_DUE, QUEUE_LIST
+from jobq.store.sql.workers import WORKER_LIST_ACTIVE_QUEUES
 from jobq.schedules import stored as stored_schedules
 from jobq.store.connections import Connection, connection
 from jobq.job import STATUSES
@@ -130,14 +134,14 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
     DatabaseUnavailable."""
     with connection(conn) as c:
         with c.pipeline():
-            cur_samples = c.execute(queries.COUNTER_SAMPLE_BASELINE, {"window": window})
-            cur_runs = c.execute(queries.JOB_LIST_RECENT_RUN_TIMES, {"window": window, "limit": RECENT_ROWS})
-            cur_workers = c.execute(queries.WORKER_LIST_ACTIVE_QUEUES, {"stale_seconds": stale_seconds})
-            cur_dead = c.execute(queries.DEAD_LETTER_COUNT_WAITING_BY_QUEUE)
-            cur_paused = c.execute(queries.QUEUE_LIST)
+            cur_samples = c.execute(COUNTER_SAMPLE_BASELINE, {"window": window})
+            cur_runs = c.execute(JOB_LIST_RECENT_RUN_TIMES, {"window": window, "limit": RECENT_ROWS})
+            cur_workers = c.execute(WORKER_LIST_ACTIVE_QUEUES, {"stale_seconds": stale_seconds})
+            cur_dead = c.execute(DEAD_LETTER_COUNT_WAITING_BY_QUEUE)
+            cur_paused = c.execute(QUEUE_LIST)
             reading = counts(conn=c)
             pending = [q for q, d in reading.queues.items() if d.get("pending")]
-            cur_oldest = c.execute(queries.JOB_GET_OLDEST_DUE, {"queues": pending})
+            cur_oldest = c.execute(JOB_GET_OLDEST_DUE, {"queues": pending})
             cur_schedules = stored_schedules.cursor_of_all(c, stale_seconds=stale_seconds)
             samples, runs = cur_samples.fetchall(), cur_runs.fetchall()
             worker_queues = [queues for (queues,) in cur_workers.fetchall()]

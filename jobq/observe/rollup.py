@@ -39,7 +39,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_SAMPLE_FAILED_BY_MINUTE
+from jobq.store.sql.database import DATABASE_NOW
+from jobq.store.sql.rollup import (
+    JOB_FINISHED_BY_MINUTE,
+    JOB_FINISHED_BY_MINUTE_SAMPLED,
+    MINUTE_DELETE_BEFORE,
+    MINUTE_GET_LAST,
+    MINUTE_INSERT_IF_ABSENT,
+    MINUTE_LIST_COMPLETED,
+    MINUTE_LIST_OF_QUEUE,
+)
 from jobq.store.connections import Connection, connection
 from jobq.errors import InvalidArgument
 from jobq.jobs.ledger import counts
@@ -90,7 +100,7 @@ def _sampling(conn: Connection, last: datetime | None) -> dict[str, int]:
     take: from the jobs done in the newest minute rolled up, ``last``."""
     if last is None:
         return {}
-    done = conn.execute(queries.MINUTE_COMPLETED_AT, {"minute": last}).fetchall()
+    done = conn.execute(MINUTE_LIST_COMPLETED, {"minute": last}).fetchall()
     return {queue: -(-completed // PERCENTILE_SAMPLE) for queue, completed in done if completed > PERCENTILE_SAMPLE}
 
 
@@ -99,9 +109,9 @@ def take(conn: Connection, *, now: datetime | None = None) -> int:
     them, none older than CATCH_UP), each SETTLE after its end; returns rows written.
     ``now`` defaults to the database's clock."""
     if now is None:
-        now = conn.execute(queries.DATABASE_NOW).fetchone()[0]  # type: ignore[index]
+        now = conn.execute(DATABASE_NOW).fetchone()[0]  # type: ignore[index]
     newest = _floor(now - SETTLE) - MINUTE
-    (last,) = conn.execute(queries.MINUTE_GET_LAST).fetchone()  # type: ignore[misc]
+    (last,) = conn.execute(MINUTE_GET_LAST).fetchone()  # type: ignore[misc]
     first = newest if last is None else max(last + MINUTE, _floor(now) - CATCH_UP)
     if first > newest:
         return 0
@@ -113,7 +123,7 @@ def take(conn: Connection, *, now: datetime | None = None) -> int:
         "queues": list(every), "every": list(every.values()),
     }
     sampled = every_all > 1 or bool(every)
-    statement = queries.JOB_FINISHED_BY_MINUTE_SAMPLED if sampled else queries.JOB_FINISHED_BY_MINUTE
+    statement = JOB_FINISHED_BY_MINUTE_SAMPLED if sampled else JOB_FINISHED_BY_MINUTE
     finished: dict[tuple[datetime, str], tuple[Any, ...]] = {}
     for minute, queue, done, dead, cancelled, runs, latencies, runs_all, latencies_all in conn.execute(
         statement, window
@@ -121,7 +131,7 @@ def take(conn: Connection, *, now: datetime | None = None) -> int:
         finished[minute, queue] = (done, dead, cancelled, *((runs_all, latencies_all) if queue == ALL else (runs, latencies)))
     failed = {
         (minute, queue): int(n)
-        for minute, queue, n in conn.execute(queries.COUNTER_SAMPLE_FAILED_BY_MINUTE, {"minutes": minutes})
+        for minute, queue, n in conn.execute(COUNTER_SAMPLE_FAILED_BY_MINUTE, {"minutes": minutes})
     }
     failed_all: Counter[datetime] = Counter()
     for (minute, _), n in failed.items():
@@ -145,13 +155,13 @@ def take(conn: Connection, *, now: datetime | None = None) -> int:
             )
     columns = ("minutes", "queues", *_COUNTS, "pending", "running", *_PERCENTILES)
     params = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
-    return conn.execute(queries.MINUTE_INSERT_IF_ABSENT, params).rowcount
+    return conn.execute(MINUTE_INSERT_IF_ABSENT, params).rowcount
 
 
 def prune(conn: Connection, keep: timedelta) -> int:
     """Forget the minutes older than ``keep`` (by the database's clock); returns rows deleted."""
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
-    return conn.execute(queries.MINUTE_DELETE_BEFORE, {"before": now - keep}).rowcount
+    (now,) = conn.execute(DATABASE_NOW).fetchone()  # type: ignore[misc]
+    return conn.execute(MINUTE_DELETE_BEFORE, {"before": now - keep}).rowcount
 
 
 def series(window: str, *, queue: str | None = None, conn: Connection | None = None) -> list[Point]:
@@ -172,11 +182,11 @@ def series(window: str, *, queue: str | None = None, conn: Connection | None = N
     if queue is not None:
         _check_queue(queue)
     with connection(conn) as c:
-        (now,) = c.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
+        (now,) = c.execute(DATABASE_NOW).fetchone()  # type: ignore[misc]
         last = _floor(now - SHOWN_LAG) - MINUTE
         first = last - span + MINUTE
         params = {"queue": ALL if queue is None else queue, "first": first, "last": last}
-        stored = {row[0]: row for row in c.execute(queries.MINUTE_LIST_OF_QUEUE, params)}
+        stored = {row[0]: row for row in c.execute(MINUTE_LIST_OF_QUEUE, params)}
     points = []
     for i in range(span // MINUTE):
         minute = first + i * MINUTE

@@ -8,7 +8,7 @@ the difference between the live counters and the newest sample at least a window
 
 from __future__ import annotations
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_SAMPLE_PRUNE, COUNTER_SAMPLE_TAKE
 from jobq.store.connections import Connection
 from jobq.settings import DEFAULT_SAMPLE_RETENTION
 
@@ -16,6 +16,6 @@ from jobq.settings import DEFAULT_SAMPLE_RETENTION
 def take(conn: Connection, keep_seconds: float = DEFAULT_SAMPLE_RETENTION) -> int:
     """Record the current totals, and forget samples older than ``keep_seconds``;
     returns the number of sample rows written."""
-    taken = conn.execute(queries.COUNTER_SAMPLE_TAKE).rowcount
-    conn.execute(queries.COUNTER_SAMPLE_PRUNE, {"keep_seconds": keep_seconds})
+    taken = conn.execute(COUNTER_SAMPLE_TAKE).rowcount
+    conn.execute(COUNTER_SAMPLE_PRUNE, {"keep_seconds": keep_seconds})
     return taken

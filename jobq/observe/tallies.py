@@ -14,7 +14,9 @@ from typing import Any
 
 from psycopg import sql
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_LIST
+from jobq.store.sql.ledger import JOB_COUNT_BY_STATUS_UP_TO
+from jobq.store.sql.queues import JOB_COUNT_SCHEDULED_UP_TO
 from jobq.store.connections import Connection, connection
 from jobq.jobs.filters import JobFilter, parse_filter
 from jobq.job import STATUSES
@@ -48,7 +50,7 @@ def by_status(job_filter: JobFilter | dict[str, Any], *, cap: int = COUNT_LIMIT,
         if set(rest.given()) <= COUNTER_CRITERIA:
             counts = _from_counters(c, rest.queue, rest.type)
             return Tally(counts, sum(counts.values()), True, cap)
-        query = sql.SQL(queries.JOB_COUNT_BY_STATUS_UP_TO).format(where=rest.where())
+        query = sql.SQL(JOB_COUNT_BY_STATUS_UP_TO).format(where=rest.where())
         rows = c.execute(query, {**rest.params(), "cap": cap + 1}).fetchall()
     counted = {status: 0 for status in STATUSES}
     for status, n in rows:
@@ -61,7 +63,7 @@ def by_status(job_filter: JobFilter | dict[str, Any], *, cap: int = COUNT_LIMIT,
 
 def _from_counters(conn: Connection, queue: str | None, job_type: str | None) -> dict[str, int]:
     counted: dict[str, int] = defaultdict(int)
-    for row_queue, row_type, name, n in conn.execute(queries.COUNTERS_GET):
+    for row_queue, row_type, name, n in conn.execute(COUNTER_LIST):
         if name in STATUSES and queue in (None, row_queue) and job_type in (None, row_type):
             counted[name] += int(n)
     return {status: counted[status] for status in STATUSES}
@@ -72,5 +74,5 @@ def scheduled(queues: list[str], *, cap: int = COUNT_LIMIT, conn: Connection | N
     ``cap`` + 1 (more than ``cap`` reads as ``cap + 1``: show it as "cap+"). One statement,
     a few ranges of the claim index per queue."""
     with connection(conn) as c:
-        rows = c.execute(queries.JOB_COUNT_SCHEDULED_UP_TO, {"queues": queues, "cap": cap + 1}).fetchall()
+        rows = c.execute(JOB_COUNT_SCHEDULED_UP_TO, {"queues": queues, "cap": cap + 1}).fetchall()
     return {queue: int(n) for queue, n in rows}

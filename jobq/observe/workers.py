@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobq import queries
+from jobq.store.sql.workers import WORKER_LIST_WITH_JOB
 from jobq.store.connections import Connection, connection
 from jobq.observe.inspection import WorkerRow
 
@@ -28,4 +28,4 @@ class Worker(WorkerRow):
 def list_workers(*, conn: Connection | None = None) -> list[Worker]:
     """Every registered worker, by host and pid, with the job it runs: one statement."""
     with connection(conn) as c:
-        return [Worker(*row) for row in c.execute(queries.WORKER_LIST_WITH_JOB)]
+        return [Worker(*row) for row in c.execute(WORKER_LIST_WITH_JOB)]

@@ -22,7 +22,20 @@ from typing import Any
 from psycopg import Cursor
 from psycopg.rows import class_row
 
-from jobq import queries, settings
+from jobq import settings
+from jobq.store.sql.database import DATABASE_NOW
+from jobq.store.sql.schedules import (
+    CONTROL_NOTIFY_SCHEDULES,
+    JOB_INSERT_SCHEDULE_RUN,
+    JOB_LIST_OF_SCHEDULE,
+    SCHEDULE_DELETE_ORPHANS,
+    SCHEDULE_GET,
+    SCHEDULE_LIST,
+    SCHEDULE_PAUSE,
+    SCHEDULE_RESUME,
+    SCHEDULE_UPSERT_IF_CHANGED,
+)
+from jobq.store.sql.workers import WORKER_LIST_SCHEDULE_CONFLICTS
 from jobq.jobs import audit
 from jobq.store.connections import Connection, connection
 from jobq.schedules.declarations import Periodic
@@ -101,8 +114,8 @@ def declare(
     hashes = {name: schedule.definition_hash() for name, schedule in schedules.items()}
     rows = [schedules[name] for name in sorted(schedules)]
     with conn.transaction():
-        (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
-        changed = [name for (name,) in conn.execute(queries.SCHEDULE_UPSERT_IF_CHANGED, {
+        (now,) = conn.execute(DATABASE_NOW).fetchone()  # type: ignore[misc]
+        changed = [name for (name,) in conn.execute(SCHEDULE_UPSERT_IF_CHANGED, {
             "names": [s.name for s in rows],
             "crons": [s.cron for s in rows],
             "tzs": [s.tz for s in rows],
@@ -117,8 +130,8 @@ def declare(
             "next_run_ats": [s.slots.next_after(now) for s in rows],
         })]
         if changed:
-            conn.execute(queries.CONTROL_NOTIFY_SCHEDULES)
-        conflicts = conn.execute(queries.WORKER_LIST_SCHEDULE_CONFLICTS, {
+            conn.execute(CONTROL_NOTIFY_SCHEDULES)
+        conflicts = conn.execute(WORKER_LIST_SCHEDULE_CONFLICTS, {
             "id": worker_id, "schedules": json.dumps(hashes), "stale_seconds": stale_seconds,
         }).fetchall()
     for name in changed:
@@ -142,7 +155,7 @@ def list_schedules(*, conn: Connection | None = None) -> list[Schedule]:
 
 def cursor_of_all(conn: Connection, *, stale_seconds: float) -> Cursor[Schedule]:
     """Every stored schedule, by name, as a cursor to fetch from (in a pipeline, later)."""
-    return conn.cursor(row_factory=class_row(Schedule)).execute(queries.SCHEDULE_LIST, {"stale_seconds": stale_seconds})
+    return conn.cursor(row_factory=class_row(Schedule)).execute(SCHEDULE_LIST, {"stale_seconds": stale_seconds})
 
 
 # What /metrics shows of each schedule.
@@ -164,7 +177,7 @@ def get(name: str, *, conn: Connection | None = None) -> Schedule:
     """One schedule. Raises :class:`ScheduleNotFound`."""
     with connection(conn) as c:
         cur = c.cursor(row_factory=class_row(Schedule))
-        found = cur.execute(queries.SCHEDULE_GET, {"stale_seconds": _stale_seconds(), "name": name}).fetchone()
+        found = cur.execute(SCHEDULE_GET, {"stale_seconds": _stale_seconds(), "name": name}).fetchone()
     if found is None:
         raise ScheduleNotFound(name)
     return found
@@ -175,7 +188,7 @@ def show(name: str, *, conn: Connection | None = None) -> Detail:
     with connection(conn) as c:
         schedule = get(name, conn=c)
         jobs = c.cursor(row_factory=class_row(Job)).execute(
-            queries.JOB_LIST_OF_SCHEDULE, {"name": name, "limit": RECENT_JOBS}
+            JOB_LIST_OF_SCHEDULE, {"name": name, "limit": RECENT_JOBS}
         ).fetchall()
     return Detail(schedule, jobs)
 
@@ -186,7 +199,7 @@ def pause(name: str, *, reason: str | None = None, actor: str | None = None, con
     on ``conn``, the caller commits. Raises :class:`ScheduleNotFound`."""
     actor = actor or audit.library_actor()
     with connection(conn) as c:
-        if c.execute(queries.SCHEDULE_PAUSE, {"name": name, "actor": actor, "reason": reason}).fetchone() is None:
+        if c.execute(SCHEDULE_PAUSE, {"name": name, "actor": actor, "reason": reason}).fetchone() is None:
             raise ScheduleNotFound(name)
         audit.record(c, actor, "schedule.pause", {"schedule": name}, {"changed": 1, "reason": reason})
         return get(name, conn=c)
@@ -197,10 +210,10 @@ def resume(name: str, *, actor: str | None = None, conn: Connection | None = Non
     catch_up policy at once. Raises :class:`ScheduleNotFound`."""
     actor = actor or audit.library_actor()
     with connection(conn) as c:
-        row = c.execute(queries.SCHEDULE_RESUME, {"name": name}).fetchone()
+        row = c.execute(SCHEDULE_RESUME, {"name": name}).fetchone()
         if row is None:
             raise ScheduleNotFound(name)
-        c.execute(queries.CONTROL_NOTIFY_SCHEDULES)
+        c.execute(CONTROL_NOTIFY_SCHEDULES)
         audit.record(c, actor, "schedule.resume", {"schedule": name}, {"changed": int(bool(row[0]))})
         return get(name, conn=c)
 
@@ -210,7 +223,7 @@ def run(name: str, *, actor: str | None = None, conn: Connection | None = None) 
     paused or not; returns it. Raises :class:`ScheduleNotFound`."""
     actor = actor or audit.library_actor()
     with connection(conn) as c:
-        job = c.cursor(row_factory=class_row(Job)).execute(queries.JOB_INSERT_SCHEDULE_RUN, {"name": name}).fetchone()
+        job = c.cursor(row_factory=class_row(Job)).execute(JOB_INSERT_SCHEDULE_RUN, {"name": name}).fetchone()
         if job is None:
             raise ScheduleNotFound(name)
         audit.record(c, actor, "schedule.run", {"schedule": name}, {"changed": 1, "job": job.id})
@@ -221,7 +234,7 @@ def prune(*, actor: str | None = None, conn: Connection | None = None) -> list[s
     """Delete the orphaned schedules (no live worker declares them); returns their names."""
     actor = actor or audit.library_actor()
     with connection(conn) as c:
-        names = [name for (name,) in c.execute(queries.SCHEDULE_DELETE_ORPHANS, {"stale_seconds": _stale_seconds()})]
+        names = [name for (name,) in c.execute(SCHEDULE_DELETE_ORPHANS, {"stale_seconds": _stale_seconds()})]
         audit.record(c, actor, "schedule.prune", {"schedules": names}, {"changed": len(names)})
         return names
 

@@ -27,7 +27,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from jobq import queries
+from jobq.store.sql.counters import COUNTER_SLOT_TAKE
+from jobq.store.sql.database import DATABASE_PING
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
@@ -85,8 +86,9 @@ def connect(
 
 def connect_counting(url: str, *, application_name: str, lock_base: int) -> Connection:
     """A dedicated connection of jobq's own (a worker's claim session, maintenance) that
-    counts the jobs it moves in a counter slot of its own (``queries.COUNTER_SLOT_TAKE``):
-    it never waits on the counter rows an application's open transaction holds.
+    counts the jobs it moves in a counter slot of its own
+    (``jobq.store.sql.counters.COUNTER_SLOT_TAKE``): it never waits on the counter rows
+    an application's open transaction holds.
 
     Raises DatabaseUnavailable if it cannot be opened. On a schema older than the slots
     (migration 4) it counts by backend pid, as before; the caller's schema check refuses
@@ -95,7 +97,7 @@ def connect_counting(url: str, *, application_name: str, lock_base: int) -> Conn
     conn = connect(url, application_name=application_name)
     try:
         with database_errors():
-            conn.execute(queries.COUNTER_SLOT_TAKE, {"lock_base": lock_base})
+            conn.execute(COUNTER_SLOT_TAKE, {"lock_base": lock_base})
     except psycopg.errors.UndefinedFunction:
         pass
     except BaseException:
@@ -394,4 +396,4 @@ def again_if_moved(
 def ping(conn: Connection | None = None) -> None:
     """Return if the database answers a trivial query; raise DatabaseUnavailable if not."""
     with connection(conn) as c:
-        c.execute(queries.DATABASE_PING)
+        c.execute(DATABASE_PING)

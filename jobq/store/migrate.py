@@ -26,7 +26,15 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
-from jobq import queries
+from jobq.store.sql.migrations import (
+    JOB_EXISTS_ANY,
+    MIGRATION_GET_VERSION,
+    MIGRATION_LIST_VERSIONS,
+    MIGRATION_LOCK,
+    MIGRATION_RECORD,
+    MIGRATION_TABLE_EXISTS,
+    MIGRATION_UNLOCK,
+)
 from jobq.store import locks
 from jobq.store.connections import Connection
 from jobq.errors import ConversionNeeded, SchemaTooNew, SchemaTooOld
@@ -38,8 +46,8 @@ _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # The one piece of DDL outside jobq/store/migrations (convention 1's one exception): the
 # table that records migrations cannot be created by a migration, since applying one
 # means reading and writing that table. IF NOT EXISTS makes a second run a no-op, and
-# queries.MIGRATION_LOCK keeps two first runs from racing. The statements that read
-# and write the table are in jobq.queries (Migrations).
+# MIGRATION_LOCK keeps two first runs from racing. The statements that read and write
+# the table are in jobq.store.sql.migrations.
 MIGRATIONS_TABLE_CREATE = (
     "CREATE TABLE IF NOT EXISTS jobq_migrations ("
     "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
@@ -48,7 +56,7 @@ MIGRATIONS_TABLE_CREATE = (
 
 # The migrations that rewrite jobs (version: the statement that says whether jobs holds
 # a row), and the option of `jobq migrate` that allows them on a table that does.
-CONVERSIONS = {13: queries.JOBS_ANY}
+CONVERSIONS = {13: JOB_EXISTS_ANY}
 CONVERSION_OPTION = "--partition"
 
 
@@ -80,18 +88,18 @@ def required_version() -> int:
 
 def applied_version(conn: Connection) -> int:
     """The newest migration recorded in the database (0 for an empty database)."""
-    (exists,) = conn.execute(queries.MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    (exists,) = conn.execute(MIGRATION_TABLE_EXISTS).fetchone()  # type: ignore[misc]
     if not exists:
         return 0
-    return int(conn.execute(queries.MIGRATION_VERSION_GET).fetchone()[0])  # type: ignore[index]
+    return int(conn.execute(MIGRATION_GET_VERSION).fetchone()[0])  # type: ignore[index]
 
 
 def applied_versions(conn: Connection) -> set[int]:
     """Every migration recorded in the database (none for an empty database)."""
-    (exists,) = conn.execute(queries.MIGRATIONS_TABLE_EXISTS).fetchone()  # type: ignore[misc]
+    (exists,) = conn.execute(MIGRATION_TABLE_EXISTS).fetchone()  # type: ignore[misc]
     if not exists:
         return set()
-    return {int(version) for (version,) in conn.execute(queries.MIGRATION_LIST_VERSIONS)}
+    return {int(version) for (version,) in conn.execute(MIGRATION_LIST_VERSIONS)}
 
 
 def check_schema(conn: Connection) -> int:
@@ -121,7 +129,7 @@ def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: in
         raise ValueError("migrate needs an autocommit connection: each file is its own transaction")
     key = locks.key(namespace, locks.MIGRATIONS)
     known = available()
-    conn.execute(queries.MIGRATION_LOCK, {"key": key})
+    conn.execute(MIGRATION_LOCK, {"key": key})
     try:
         conn.execute(MIGRATIONS_TABLE_CREATE)
         applied = applied_versions(conn)
@@ -135,9 +143,9 @@ def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: in
                     raise ConversionNeeded(migration.version, CONVERSION_OPTION)
             with conn.transaction():
                 conn.execute(migration.sql)
-                conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+                conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
             log.info("migration applied version=%s name=%s", migration.version, migration.name)
             done.append(migration)
         return done
     finally:
-        conn.execute(queries.MIGRATION_UNLOCK, {"key": key})
+        conn.execute(MIGRATION_UNLOCK, {"key": key})

@@ -31,7 +31,23 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 from psycopg import sql
 
-from jobq import queries
+from jobq.store.sql.database import DATABASE_NOW
+from jobq.store.sql.partitions import (
+    FINISHED_DEFAULT_LAST_IN_RANGE,
+    FINISHED_DEFAULT_LOCK,
+    FINISHED_PARENT_LOCK,
+    FINISHED_PARTITION_ATTACH,
+    FINISHED_PARTITION_CREATE,
+    FINISHED_PARTITION_DETACH,
+    FINISHED_PARTITION_DROP,
+    FINISHED_PARTITION_FORGET_KEYS,
+    FINISHED_PARTITION_ID_KEY,
+    FINISHED_PARTITION_LIST,
+    FINISHED_PARTITION_LOCK,
+    FINISHED_PARTITION_UNCOUNT,
+    LOCK_TIMEOUT_SET,
+)
+from jobq.store.sql.statistics import JOB_ANALYSIS_DUE, JOB_ANALYZE
 from jobq.store.connections import Connection
 
 log = logging.getLogger(__name__)
@@ -64,7 +80,7 @@ class Partition:
 
 def listed(conn: Connection) -> list[Partition]:
     """The range partitions of jobs_finished, oldest first."""
-    return [Partition(*row) for row in conn.execute(queries.FINISHED_PARTITION_LIST)]
+    return [Partition(*row) for row in conn.execute(FINISHED_PARTITION_LIST)]
 
 
 def slot_start(at: datetime, interval: float) -> datetime:
@@ -99,20 +115,20 @@ def make_ahead(conn: Connection, interval: float, now: datetime) -> list[Partiti
 
 def _attach(conn: Connection, lo: datetime, hi: datetime) -> Partition | None:
     with conn.transaction():
-        conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
-        conn.execute(queries.FINISHED_DEFAULT_LOCK)
-        (latest,) = conn.execute(queries.FINISHED_DEFAULT_LAST_IN_RANGE, {"lo": lo, "hi": hi}).fetchone()  # type: ignore[misc]
+        conn.execute(LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
+        conn.execute(FINISHED_DEFAULT_LOCK)
+        (latest,) = conn.execute(FINISHED_DEFAULT_LAST_IN_RANGE, {"lo": lo, "hi": hi}).fetchone()  # type: ignore[misc]
         if latest is not None:  # jobs that finished while no partition covered [lo, latest]
             lo = latest + timedelta(microseconds=1)
             if lo >= hi:
                 return None
         name = name_of(lo)
         leaf = sql.Identifier(name)
-        conn.execute(sql.SQL(queries.FINISHED_PARTITION_CREATE).format(leaf=leaf))
+        conn.execute(sql.SQL(FINISHED_PARTITION_CREATE).format(leaf=leaf))
         key = sql.Identifier(name + "_id_key")
-        conn.execute(sql.SQL(queries.FINISHED_PARTITION_ID_KEY).format(key=key, leaf=leaf))
+        conn.execute(sql.SQL(FINISHED_PARTITION_ID_KEY).format(key=key, leaf=leaf))
         conn.execute(
-            sql.SQL(queries.FINISHED_PARTITION_ATTACH).format(leaf=leaf, lo=sql.Literal(lo), hi=sql.Literal(hi))
+            sql.SQL(FINISHED_PARTITION_ATTACH).format(leaf=leaf, lo=sql.Literal(lo), hi=sql.Literal(hi))
         )
     log.info("partitions.made partition=%s from=%s to=%s", name, lo.isoformat(), hi.isoformat())
     return Partition(name, lo, hi)
@@ -130,13 +146,13 @@ def drop_before(conn: Connection, cutoff: datetime) -> int:
         leaf = sql.Identifier(partition.name)
         try:
             with conn.transaction():
-                conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
-                conn.execute(sql.SQL(queries.FINISHED_PARTITION_LOCK).format(leaf=leaf))
-                (rows,) = conn.execute(sql.SQL(queries.FINISHED_PARTITION_UNCOUNT).format(leaf=leaf)).fetchone()  # type: ignore[misc]
-                conn.execute(sql.SQL(queries.FINISHED_PARTITION_FORGET_KEYS).format(leaf=leaf))
+                conn.execute(LOCK_TIMEOUT_SET, {"ms": str(LOCK_TIMEOUT_MS)})
+                conn.execute(sql.SQL(FINISHED_PARTITION_LOCK).format(leaf=leaf))
+                (rows,) = conn.execute(sql.SQL(FINISHED_PARTITION_UNCOUNT).format(leaf=leaf)).fetchone()  # type: ignore[misc]
+                conn.execute(sql.SQL(FINISHED_PARTITION_FORGET_KEYS).format(leaf=leaf))
                 _lock_parent(conn)
-                conn.execute(sql.SQL(queries.FINISHED_PARTITION_DETACH).format(leaf=leaf))
-                conn.execute(sql.SQL(queries.FINISHED_PARTITION_DROP).format(leaf=leaf))
+                conn.execute(sql.SQL(FINISHED_PARTITION_DETACH).format(leaf=leaf))
+                conn.execute(sql.SQL(FINISHED_PARTITION_DROP).format(leaf=leaf))
         except psycopg.errors.LockNotAvailable:
             log.info("partitions.busy partition=%s: a lock was not had in time, tried again next pass", partition.name)
             break
@@ -152,11 +168,11 @@ def _lock_parent(conn: Connection) -> None:
     The DETACH then waits for the partition and the default partition under the same
     short timeout (their only other users are autovacuum and direct readers; a reader
     of jobs holds jobs_finished first, so it is gone). Raises LockNotAvailable."""
-    conn.execute(queries.LOCK_TIMEOUT_SET, {"ms": str(PARENT_LOCK_TIMEOUT_MS)})
+    conn.execute(LOCK_TIMEOUT_SET, {"ms": str(PARENT_LOCK_TIMEOUT_MS)})
     for attempt in range(PARENT_LOCK_TRIES):
         try:
             with conn.transaction():
-                conn.execute(queries.FINISHED_PARENT_LOCK)
+                conn.execute(FINISHED_PARENT_LOCK)
             return
         except psycopg.errors.LockNotAvailable:
             if attempt == PARENT_LOCK_TRIES - 1:
@@ -174,9 +190,9 @@ def oldest_start(conn: Connection) -> datetime | None:
 def analyse_if_due(conn: Connection) -> bool:
     """ANALYZE the partitioned table (autovacuum analyses each partition, never it),
     unless its last analysis is younger than ANALYSE_EVERY; whether it did."""
-    if not conn.execute(queries.JOBS_ANALYSIS_DUE, {"every": ANALYSE_EVERY}).fetchone()[0]:  # type: ignore[index]
+    if not conn.execute(JOB_ANALYSIS_DUE, {"every": ANALYSE_EVERY}).fetchone()[0]:  # type: ignore[index]
         return False
-    conn.execute(queries.JOBS_ANALYZE)
+    conn.execute(JOB_ANALYZE)
     return True
 
 
@@ -184,7 +200,7 @@ def maintain(conn: Connection, interval: float) -> int:
     """The leader's pass: make what is missing ahead of now, and analyse the table after
     a change of its partitions (:func:`analyse_if_due`). Returns how many partitions
     were made."""
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
+    (now,) = conn.execute(DATABASE_NOW).fetchone()  # type: ignore[misc]
     try:
         made = make_ahead(conn, interval, now)
     except psycopg.errors.LockNotAvailable:

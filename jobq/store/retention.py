@@ -16,7 +16,9 @@ import time
 from datetime import timedelta
 from typing import LiteralString
 
-from jobq import queries
+from jobq.store.sql.database import DATABASE_NOW
+from jobq.store.sql.dead_letters import DEAD_LETTER_DELETE_DIED_BEFORE
+from jobq.store.sql.partitions import JOB_DELETE_FINISHED_BEFORE
 from jobq.store import partitions
 from jobq.store.connections import Connection
 
@@ -32,12 +34,12 @@ def prune(conn: Connection, older_than: float, *, batch: int = BATCH, budget: fl
     ``budget`` seconds. ``conn`` must be in autocommit mode. Returns how many jobs went."""
     if not conn.autocommit:
         raise ValueError("prune needs an autocommit connection: each batch is its own transaction")
-    (now,) = conn.execute(queries.DATABASE_NOW).fetchone()  # type: ignore[misc]
+    (now,) = conn.execute(DATABASE_NOW).fetchone()  # type: ignore[misc]
     dropped = partitions.drop_before(conn, now - timedelta(seconds=older_than))
     if dropped:
         partitions.analyse_if_due(conn)
     params = {"older_than": older_than, "below": partitions.oldest_start(conn)}
-    deleted = _in_batches(conn, queries.JOB_DELETE_FINISHED_BEFORE, params, batch, budget)
+    deleted = _in_batches(conn, JOB_DELETE_FINISHED_BEFORE, params, batch, budget)
     if dropped or deleted:
         log.info("retention.pruned jobs=%s dropped=%s deleted=%s older_than=%ss",
                  dropped + deleted, dropped, deleted, f"{older_than:g}")
@@ -47,7 +49,7 @@ def prune(conn: Connection, older_than: float, *, batch: int = BATCH, budget: fl
 def prune_dead_letters(conn: Connection, older_than: float, *, batch: int = BATCH, budget: float | None = None) -> int:
     """Delete dead letters (replayed or not) that died more than ``older_than`` seconds
     ago, in batches as :func:`prune` does. Returns how many went."""
-    deleted = _in_batches(conn, queries.DEAD_LETTER_DELETE_DIED_BEFORE, {"older_than": older_than}, batch, budget)
+    deleted = _in_batches(conn, DEAD_LETTER_DELETE_DIED_BEFORE, {"older_than": older_than}, batch, budget)
     if deleted:
         log.info("retention.pruned_dead_letters rows=%s older_than=%ss", deleted, f"{older_than:g}")
     return deleted

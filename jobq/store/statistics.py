@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from jobq import queries
+from jobq.store.sql.statistics import JOB_LIVE_ANALYZE, JOB_LIVE_STATISTICS_STALE
 from jobq.store.connections import Connection
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,9 @@ def analyse_if_stale(conn: Connection) -> int:
     """ANALYZE jobs_live (the partition of pending and in-flight jobs, which the claim
     reads) if it holds MIN_ROWS jobs or more and the planner believes in STALE_FACTOR
     times fewer (or was never told); 1 if it did, 0 if there was nothing to do."""
-    row = conn.execute(queries.JOBS_LIVE_STATISTICS_STALE, {"min_rows": MIN_ROWS, "factor": STALE_FACTOR}).fetchone()
+    row = conn.execute(JOB_LIVE_STATISTICS_STALE, {"min_rows": MIN_ROWS, "factor": STALE_FACTOR}).fetchone()
     if row is None or not row[0]:
         return 0
-    conn.execute(queries.JOBS_LIVE_ANALYZE)
+    conn.execute(JOB_LIVE_ANALYZE)
     log.info("planning.analysed table=jobs_live: its statistics were far short of the jobs in it")
     return 1

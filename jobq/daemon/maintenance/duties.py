@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import queries
+from jobq.store.sql.database import LEADER_TRY_LOCK
 from jobq.jobs import audit
 from jobq.jobs import leases
 from jobq.store import connections
@@ -283,7 +283,7 @@ class Maintenance:
         """Cluster-wide duties, only under the leader lock, each on its own interval."""
         assert self.conn is not None
         if not self.leader:
-            self.leader = bool(self.conn.execute(queries.LEADER_TRY_LOCK, {"key": self.leader_key}).fetchone()[0])  # type: ignore[index]
+            self.leader = bool(self.conn.execute(LEADER_TRY_LOCK, {"key": self.leader_key}).fetchone()[0])  # type: ignore[index]
             if not self.leader:
                 return
             log.info("maintenance.leadership_acquired pid=%s", os.getpid())

@@ -24,7 +24,12 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from jobq import queries
+from jobq.store.sql.schedules import (
+    JOB_INSERT_SCHEDULED,
+    SCHEDULE_ADVANCE_IF_NEXT_RUN_AT,
+    SCHEDULE_LOCK_DUE,
+    SCHEDULE_NEXT_DUE_IN,
+)
 from jobq.jobs import leases
 from jobq.schedules.cron import Cron
 from jobq.store.connections import Connection
@@ -56,7 +61,7 @@ def fire_due(conn: Connection, *, stale_seconds: float, catch_up_max: int) -> Fi
     total = Fired()
     while True:
         with conn.transaction():
-            rows = conn.execute(queries.SCHEDULE_LOCK_DUE, {"stale_seconds": stale_seconds, "limit": BATCH}).fetchall()
+            rows = conn.execute(SCHEDULE_LOCK_DUE, {"stale_seconds": stale_seconds, "limit": BATCH}).fetchall()
             for row in rows:
                 total += _fire(conn, *row, catch_up_max=catch_up_max)
         if len(rows) < BATCH:
@@ -66,7 +71,7 @@ def fire_due(conn: Connection, *, stale_seconds: float, catch_up_max: int) -> Fi
 def seconds_until_due(conn: Connection, *, stale_seconds: float) -> float | None:
     """Seconds until the next slot of a schedule that would fire (0 or less: one is due);
     None when no schedule would."""
-    row = conn.execute(queries.SCHEDULE_NEXT_DUE_IN, {"stale_seconds": stale_seconds}).fetchone()
+    row = conn.execute(SCHEDULE_NEXT_DUE_IN, {"stale_seconds": stale_seconds}).fetchone()
     return None if row is None or row[0] is None else float(row[0])
 
 
@@ -97,7 +102,7 @@ def _fire(
     except (ValueError, KeyError) as exc:  # a row written by hand, or by a jobq with another croniter
         log.error("schedule.unreadable name=%s cron=%r tz=%s error=%s: looked at again in %s",
                   name, expression, tz, exc, UNREADABLE_RETRY)
-        conn.execute(queries.SCHEDULE_ADVANCE_IF_NEXT_RUN_AT, {
+        conn.execute(SCHEDULE_ADVANCE_IF_NEXT_RUN_AT, {
             "name": name, "was": next_run_at, "next_run_at": now + UNREADABLE_RETRY, "last_run_at": None,
             "last_job_id": None,
         })
@@ -116,11 +121,11 @@ def _fire(
     inserted = []
     if slots:
         inserted = conn.execute(
-            queries.JOB_INSERT_SCHEDULED,
+            JOB_INSERT_SCHEDULED,
             {"name": name, "slots": slots, "keys": [idempotency_key(name, slot) for slot in slots]},
         ).fetchall()
     following = cron.next_after(now)
-    conn.execute(queries.SCHEDULE_ADVANCE_IF_NEXT_RUN_AT, {
+    conn.execute(SCHEDULE_ADVANCE_IF_NEXT_RUN_AT, {
         "name": name, "was": next_run_at, "next_run_at": following,
         "last_run_at": slots[-1] if slots else None, "last_job_id": inserted[-1][0] if inserted else None,
     })

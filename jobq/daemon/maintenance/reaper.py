@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from jobq import queries
+from jobq.store.sql.leases import (
+    JOB_COUNT_INFLIGHT_OF_WORKER,
+    JOB_LOCK_INFLIGHT_OF_WORKER,
+    JOB_LOCK_STALE,
+    JOB_UNLOCK,
+)
 from jobq.jobs import leases
 from jobq.store import connections
 from jobq.daemon.messages import Gone
@@ -77,7 +82,7 @@ def reap_stale(conn: Connection, settings: Settings, lock_base: int, *, spared: 
     ``JOBQ_STALE_THRESHOLD`` and whose worker session is gone, but for the workers
     ``spared`` (alive: this supervisor's own)."""
     params = {"stale_seconds": settings.stale_threshold, "limit": REAP_BATCH, "spared": list(spared)}
-    rows = _locked(conn, queries.JOB_LOCK_STALE, params, lock_base)
+    rows = _locked(conn, JOB_LOCK_STALE, params, lock_base)
     def write() -> Recovered:
         recovered = _recover(conn, rows, {}, settings, lock_base)
         _count(conn, rows, RECLAIMED_COUNTER, recovered)
@@ -105,7 +110,7 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     lease they ran with. Jobs whose lock is still held (the session has not ended yet)
     are counted as busy; call again.
     """
-    rows = _locked(conn, queries.JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
+    rows = _locked(conn, JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
     finished = {(f.job_id, f.lease): f for f in gone.finished}
     done = [row for row in rows if (row.job_id, row.lease) in finished]
     rows = [row for row in rows if (row.job_id, row.lease) not in finished]
@@ -126,7 +131,7 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
         return recovered
 
     recovered = _in_one_transaction(conn, rows + done, write, lock_base)  # no reader sees an outcome without its count
-    in_flight = conn.execute(queries.JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
+    in_flight = conn.execute(JOB_COUNT_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}).fetchone()[0]  # type: ignore[index]
     recovered.busy = int(in_flight)
     if recovered.changed:
         log.warning(
@@ -160,7 +165,7 @@ def _in_one_transaction(
 
 def _unlock(conn: Connection, rows: list[LostJob], lock_base: int) -> None:
     if rows and not conn.broken:
-        conn.execute(queries.JOB_UNLOCK, {"ids": [r.job_id for r in rows], "lock_base": lock_base})
+        conn.execute(JOB_UNLOCK, {"ids": [r.job_id for r in rows], "lock_base": lock_base})
 
 
 def _reason(gone: Gone) -> str | None:

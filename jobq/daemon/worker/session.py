@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq import queries
+from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.jobs import leases
 from jobq.store import connections
 from jobq.jobs.leases import Claim
@@ -73,7 +73,7 @@ class ClaimSession:
                 name = f"jobq worker {self.worker_id}"
                 self.conn = connections.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
                 with connections.database_errors():
-                    self.conn.execute(queries.CLAIM_SESSION_PLANNER)
+                    self.conn.execute(CLAIM_SESSION_PLANNER)
                 return
             except DatabaseUnavailable as exc:
                 if self.stopping.is_set():

@@ -11,7 +11,7 @@
 -- - each worker's claim session and each maintenance session, right after connecting,
 --   takes the lowest free slot from 16 up (jobq_counter_slot_take), held by a session
 --   advisory lock for the life of its connection, and records it in the setting
---   jobq.counter_slot, which the triggers and queries.COUNTER_ADD read.
+--   jobq.counter_slot, which the triggers and jobq.store.sql.counters.COUNTER_ADD read.
 -- So a worker never writes a counter row that an application transaction can hold, and
 -- no two connected jobq sessions share a row: none waits on another's counters, none can
 -- deadlock with another on them. Slots are reused, so job_counters holds at most

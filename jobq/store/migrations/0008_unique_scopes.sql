@@ -10,8 +10,8 @@
 ALTER TABLE jobs ADD COLUMN unique_while text NOT NULL DEFAULT 'always'
     CONSTRAINT jobs_unique_while_check CHECK (unique_while IN ('pending', 'active', 'always'));
 
--- The predicate below is spelt exactly as jobq.queries.KEY_HELD (ON CONFLICT infers
--- the index from it).
+-- The predicate below is spelt exactly as jobq.store.sql.enqueue.KEY_HELD (ON CONFLICT
+-- infers the index from it).
 CREATE UNIQUE INDEX jobs_key_held_idx ON jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL
       AND (unique_while = 'always' OR status = 'pending' OR (unique_while = 'active' AND status IN ('claimed', 'running')));

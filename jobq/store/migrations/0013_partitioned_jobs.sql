@@ -26,7 +26,7 @@
 --   * global unique indexes: a job's idempotency key is held by jobs_key_held_idx on
 --     jobs_live while the job is live and in its scope, and, for the scope 'always',
 --     by a row of job_idempotency_keys from its insert until the job row goes (deleted,
---     or its partition dropped); jobq.queries' inserts look at both.
+--     or its partition dropped); the inserts of jobq.store.sql.enqueue look at both.
 
 -- The old table steps aside; its rows are copied into the new one below.
 ALTER TABLE jobs RENAME TO jobs_unpartitioned;
@@ -111,7 +111,7 @@ CREATE INDEX jobs_live_failed_idx ON jobs_live (heartbeat_at DESC) WHERE error I
 CREATE INDEX jobs_live_tags_idx ON jobs_live USING gin (tags) WHERE tags IS NOT NULL;
 CREATE INDEX jobs_live_schedule_created_idx ON jobs_live (schedule, created_at DESC, id DESC) WHERE schedule IS NOT NULL;
 CREATE INDEX jobs_schedule_active_idx ON jobs_live (schedule) WHERE schedule IS NOT NULL;
--- Spelt exactly as jobq.queries.KEY_HELD.
+-- Spelt exactly as jobq.store.sql.enqueue.KEY_HELD.
 CREATE UNIQUE INDEX jobs_key_held_idx ON jobs_live (idempotency_key)
     WHERE idempotency_key IS NOT NULL
       AND (unique_while = 'always' OR status = 'pending' OR (unique_while = 'active' AND status IN ('claimed', 'running')));

@@ -1,0 +1,35 @@
+"""Statements of the database and the session rather than of a table: the database's
+clock, the readiness ping, the maintenance leader's advisory lock, and the listing of
+jobq's advisory locks held now.
+
+Run by :mod:`jobq.store.connections` (DATABASE_PING), :mod:`jobq.schedules.stored`,
+:mod:`jobq.store.partitions`, :mod:`jobq.store.retention` and :mod:`jobq.observe.rollup`
+(DATABASE_NOW), :mod:`jobq.daemon.maintenance.duties` (LEADER_TRY_LOCK) and
+:mod:`jobq.observe.inspection` (ADVISORY_LOCK_LIST_OF_NAMESPACE). The other advisory
+locks ride with their statements: a job's in its claim and outcomes
+(:mod:`jobq.store.sql.leases`, :mod:`jobq.store.sql.outcomes`), a migration's and an
+operation's in :mod:`jobq.store.sql.migrations` and :mod:`jobq.store.sql.operations`,
+a session's counter slot in :mod:`jobq.store.sql.counters`.
+"""
+
+from __future__ import annotations
+
+# DATABASE_NOW: the database's clock, which slots are computed against (in the caller's
+# transaction: the now() its next statements see).
+DATABASE_NOW = "SELECT now()"
+
+# DATABASE_PING: the database answers (readiness); touches no table.
+DATABASE_PING = "SELECT 1"
+
+# LEADER_TRY_LOCK: the maintenance leader's session lock (reserved key); held for as
+# long as its connection lives.
+LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
+
+# ADVISORY_LOCK_LIST_OF_NAMESPACE: jobq's advisory locks held now (pg_locks shows a bigint
+# key as classid, the high 32 bits, and objid, the low 32), with their sessions.
+ADVISORY_LOCK_LIST_OF_NAMESPACE = (
+    "SELECT ((l.classid::bigint << 32) | l.objid::bigint) & %(mask)s, l.pid, a.application_name "
+    "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND (l.classid::bigint >> 16) = %(namespace)s "
+    "ORDER BY 1"
+)

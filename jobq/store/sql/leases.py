@@ -1,0 +1,172 @@
+"""The worker's lease of a job, up to its outcome: the claim (pending -> claimed, a new
+lease, the job's advisory lock), the idle timer, the start and heartbeats of jobs in
+flight, a running job's progress; after a reconnect, the re-lock of the jobs held and
+the release of those a lost claim left behind; and the reaper's hand-over of jobs
+whose worker is gone (their advisory locks taken, or let go). The outcomes that end a
+lease are in :mod:`jobq.store.sql.outcomes`, built on the status test and the id
+condition of the writes by id here (BY_ID_IN_FLIGHT, BY_IDS).
+
+Run by :mod:`jobq.jobs.leases` (the worker's side of the queue, for
+:mod:`jobq.daemon.worker`), :mod:`jobq.daemon.worker.session` (CLAIM_SESSION_PLANNER,
+on its claim session) and :mod:`jobq.daemon.maintenance.reaper` (JOB_LOCK_STALE,
+JOB_LOCK_INFLIGHT_OF_WORKER, JOB_COUNT_INFLIGHT_OF_WORKER, JOB_UNLOCK).
+"""
+
+from __future__ import annotations
+
+from jobq.store.sql.fragments import EACH_PRIORITY, JOB_COLUMNS, LIVE, OPEN_QUEUES
+
+# JOB_CLAIM: pending -> claimed for up to {limit} due jobs of some queues, each with a
+# new lease. Paused queues are left out first (OPEN_QUEUES: one primary-key probe of
+# jobq_queues per queue, none per row). Per queue left, an index range scan of
+# jobs_pending_claim_idx in claim order that stops at the limit and skips row-locked
+# rows (SKIP LOCKED) instead of waiting; the queues' candidates are merged in claim
+# order. The advisory lock is taken in RETURNING, so only on the rows actually
+# returned; the row locks of candidates left over end with the statement. The claim
+# size {limit} is spelt in the text (jobq.jobs.leases.claim_statement), not sent as a
+# parameter: a generic plan of LIMIT $n is costed for a tenth of the rows the planner
+# expects, so once jobs_live's statistics count a backlog the plan cache kept planning
+# each claim afresh (0.3 ms more a claim on the partitioned table, custom plans only);
+# with the size known, the cached plan is the custom one.
+JOB_CLAIM = (
+    "WITH " + OPEN_QUEUES + ", "
+    "due AS (SELECT c.id FROM open_queues AS q, LATERAL ("
+    "SELECT id, priority, run_at FROM jobs "
+    "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
+    "ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c "
+    "ORDER BY c.priority DESC, c.run_at, c.id LIMIT {limit}) "
+    "UPDATE jobs AS j SET status = 'claimed', claimed_at = now(), heartbeat_at = now(), "
+    "started_at = NULL, worker_id = %(worker_id)s, lease = nextval('jobs_lease_seq') "
+    "FROM due WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.id = due.id AND j." + LIVE + " "
+    "RETURNING " + ", ".join("j." + c.strip() for c in JOB_COLUMNS.split(",")) + ", "
+    "pg_try_advisory_lock(%(lock_base)s | j.id)"
+)
+
+# CLAIM_SESSION_PLANNER: a worker's claim session never plans a bitmap scan. Autovacuum
+# analyses jobs_live whenever a fiftieth of it changed, and a queue that just drained
+# is then analysed empty (reltuples = 0). Until the next analysis the planner believes
+# a backlog that arrives is one row, and served the claim by reading every due job of
+# the queue through a bitmap scan and sorting them all (47 ms a claim with 100,000
+# waiting, so the drain fell to a third and the backlog grew: the stalls of the first
+# soak of schema 13), instead of the first ones through jobs_pending_claim_idx in
+# order. Every statement of the session is a range of that index or probes by id,
+# which a plain index scan serves as well.
+CLAIM_SESSION_PLANNER = "SET enable_bitmapscan = off"
+
+# JOB_NEXT_RUN_AT: seconds until the earliest pending job of some queues is due, so an
+# idle worker sleeps until then and not a whole poll interval; paused queues are left
+# out first (one primary-key probe of jobq_queues per queue: OPEN_QUEUES), so that no
+# idle worker spins on a paused queue's due jobs; then one probe of the claim index per
+# queue and priority (EACH_PRIORITY). NULL when nothing is pending.
+JOB_NEXT_RUN_AT = (
+    "WITH " + OPEN_QUEUES + " SELECT extract(epoch FROM min(next.run_at) - now())::float8 "
+    "FROM open_queues AS q CROSS JOIN " + EACH_PRIORITY + ", LATERAL ("
+    "SELECT run_at FROM jobs WHERE status = 'pending' AND queue = q.queue AND priority = p.priority "
+    "ORDER BY run_at LIMIT 1) AS next"
+)
+
+
+# The status test of a write by id (a batch's starts, heartbeats and outcomes, a
+# re-lock): spelt as a CASE, which the planner cannot match to the partial index
+# jobs_inflight_heartbeat_idx. With statistics taken while few jobs were in flight,
+# the planner would otherwise scan that whole index (every job in flight, and every
+# entry left since the last vacuum) and hash-join it with the batch, instead of one
+# primary-key probe per job: 8 workers drained 7,813 jobs/s that way, 15,924 with
+# this (benchmark/README.md).
+# The LIVE test before it prunes the plan to jobs_live (a CASE cannot).
+def _status_is(*statuses: str) -> str:
+    return "j." + LIVE + " AND CASE j.status " + " ".join(f"WHEN '{s}' THEN true" for s in statuses) + " ELSE false END"
+
+
+# BY_ID_IN_FLIGHT: that test for the statuses in flight (claimed|running), the guard of
+# the heartbeats, re-locks and outcomes by id (jobq.store.sql.outcomes).
+BY_ID_IN_FLIGHT = _status_is("claimed", "running")
+
+# BY_IDS: the ids of a batch as an index condition of its own, beside the join with the
+# batch's arrays: with statistics taken while jobs_live was empty (reltuples = 0), the
+# join alone was planned as a full scan of jobs_live or of its primary key per write.
+BY_IDS = "j.id = ANY(%(ids)b::bigint[])"
+
+# JOB_START_IF_LEASED: claimed -> running, guarded by lease and status; started_at is
+# the database's now() less the time the worker has already been running it.
+JOB_START_IF_LEASED = (
+    "UPDATE jobs AS j SET status = 'running', heartbeat_at = now(), "
+    "started_at = now() - make_interval(secs => s.elapsed) "
+    "FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(elapsed)b::float8[]) AS s(id, lease, elapsed) "
+    "WHERE " + BY_IDS + " AND j.id = s.id AND j.lease = s.lease AND " + _status_is("claimed") + " "
+    "RETURNING j.id"
+)
+
+# JOB_HEARTBEAT_IF_LEASED: touch heartbeat_at of in-flight rows still held under the
+# given leases (primary key); the ids not returned were taken away.
+JOB_HEARTBEAT_IF_LEASED = (
+    "UPDATE jobs AS j SET heartbeat_at = now() "
+    "FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) "
+    "WHERE " + BY_IDS + " AND j.id = s.id AND j.lease = s.lease AND " + BY_ID_IN_FLIGHT + " "
+    "RETURNING j.id"
+)
+
+# JOB_SET_PROGRESS_IF_LEASED: a running job's latest progress, written by its worker's
+# heartbeat thread; guarded by lease and status (primary key). No status change: the
+# counters' trigger finds nothing to count.
+JOB_SET_PROGRESS_IF_LEASED = (
+    "UPDATE jobs AS j SET progress = %(progress)s::jsonb "
+    "WHERE j.id = %(id)s AND j.lease = %(lease)s AND " + BY_ID_IN_FLIGHT + " RETURNING j.id"
+)
+
+# JOB_RELOCK_IF_LEASED: after a reconnect, take again the advisory locks of jobs this
+# worker still holds under its leases. Per job: whether it is still in flight under
+# the lease (false: someone took it back), and whether its lock was taken (false too
+# where another session holds it). The rows are locked first (FOR UPDATE, primary
+# key) and their lease and status checked on the latest version: a release that
+# already let go of the advisory lock but has not committed yet (outcome statements
+# unlock before their commit) is waited for, so a job that is pending again is never
+# locked.
+JOB_RELOCK_IF_LEASED = (
+    "WITH mine AS MATERIALIZED (SELECT j.id FROM jobs AS j "
+    "JOIN unnest(%(ids)b::bigint[], %(leases)b::bigint[]) AS s(id, lease) ON j.id = s.id AND j.lease = s.lease "
+    "WHERE " + BY_IDS + " AND " + BY_ID_IN_FLIGHT + " FOR UPDATE OF j) "
+    "SELECT s.id, mine.id IS NOT NULL, mine.id IS NOT NULL AND pg_try_advisory_lock(%(lock_base)s | s.id) "
+    "FROM unnest(%(ids)b::bigint[]) AS s(id) LEFT JOIN mine ON mine.id = s.id"
+)
+
+# JOB_RELEASE_ORPHANS_OF_WORKER: after a reconnect, claimed jobs of this worker that it
+# does not know it holds (a claim that committed while its answer was lost with the
+# connection) go back to pending at once, no attempt counted; the worker runs no job
+# it does not know, and its old session, which had their locks, is gone.
+JOB_RELEASE_ORPHANS_OF_WORKER = (
+    "UPDATE jobs SET status = 'pending', started_at = NULL "
+    "WHERE worker_id = %(worker_id)s AND status = 'claimed' AND id <> ALL(%(held)b::bigint[]) RETURNING id"
+)
+
+# JOB_LOCK_INFLIGHT_OF_WORKER: the claimed|running jobs of one worker (a scan of the
+# small jobs_inflight_heartbeat_idx) whose advisory lock this session can take, that
+# is, whose worker's session is gone. The candidates are fixed first (MATERIALIZED),
+# so no other row's lock is ever tried.
+JOB_LOCK_INFLIGHT_OF_WORKER = (
+    "WITH mine AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
+    "WHERE worker_id = %(worker_id)s AND status IN ('claimed', 'running')) "
+    "SELECT id, lease, status, attempt, queue, type FROM mine WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+)
+
+# JOB_COUNT_INFLIGHT_OF_WORKER: how many claimed|running jobs a worker still has.
+JOB_COUNT_INFLIGHT_OF_WORKER = (
+    "SELECT count(*) FROM jobs WHERE worker_id = %(worker_id)s AND status IN ('claimed', 'running')"
+)
+
+# JOB_LOCK_STALE: claimed|running jobs whose heartbeat is older than the threshold
+# (jobs_inflight_heartbeat_idx), oldest first, but for those of the workers spared
+# (alive, known to the reaping supervisor), of which only those whose advisory lock
+# this session can take: a job whose worker session is still connected is never
+# handed on, however late its heartbeat.
+JOB_LOCK_STALE = (
+    "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
+    "WHERE status IN ('claimed', 'running') AND heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) "
+    "AND coalesce(worker_id, '') <> ALL(%(spared)s::text[]) "
+    "ORDER BY heartbeat_at LIMIT %(limit)s) "
+    "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
+)
+
+# JOB_UNLOCK: let go of the advisory locks of jobs this session took and will not
+# write after all (a recovery whose write failed: it tries again next pass).
+JOB_UNLOCK = "SELECT pg_advisory_unlock(%(lock_base)s | id) FROM unnest(%(ids)b::bigint[]) AS s(id)"

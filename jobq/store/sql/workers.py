@@ -1,0 +1,70 @@
+"""Worker rows (workers: one per worker process, a table of a few rows): register,
+heartbeat, delete, declare schedules; and the reads of them, with the job each runs.
+
+Run by :mod:`jobq.daemon.presence` (a worker's own row, and the maintenance leader's
+removal of stale ones), :mod:`jobq.schedules.stored` (conflicting declarations),
+:mod:`jobq.jobs.queues` and :mod:`jobq.observe.metrics` (the queues of live workers),
+:mod:`jobq.observe.inspection` (WORKER_LIST) and :mod:`jobq.observe.workers`
+(WORKER_LIST_WITH_JOB, the dashboard's).
+"""
+
+from __future__ import annotations
+
+# WORKER_REGISTER: a worker process announces itself (primary key; a restarted pid
+# with the same id replaces the stale row).
+WORKER_REGISTER = (
+    "INSERT INTO workers (id, hostname, pid, queues) VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s) "
+    "ON CONFLICT (id) DO UPDATE SET started_at = now(), heartbeat_at = now(), current_job_id = NULL, jobs_done = 0"
+)
+
+# WORKER_HEARTBEAT: the worker is alive, runs this job (or none), has recorded this many.
+WORKER_HEARTBEAT = (
+    "UPDATE workers SET heartbeat_at = now(), current_job_id = %(current_job_id)s, jobs_done = %(jobs_done)s "
+    "WHERE id = %(id)s"
+)
+
+# WORKER_DELETE: a worker leaving cleanly removes its row.
+WORKER_DELETE = "DELETE FROM workers WHERE id = %(id)s"
+
+# WORKER_DELETE_IF_STALE: the maintenance leader removes the rows of workers whose
+# heartbeat stopped (a seq scan of a table of a few rows per worker process).
+WORKER_DELETE_IF_STALE = (
+    "DELETE FROM workers WHERE heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) RETURNING id"
+)
+
+# WORKER_DECLARE_SCHEDULES: the names and definition hashes a worker declares, on its
+# own row (primary key).
+WORKER_DECLARE_SCHEDULES = "UPDATE workers SET schedules = %(schedules)s::jsonb WHERE id = %(id)s"
+
+# WORKER_LIST_SCHEDULE_CONFLICTS: of some declarations, those that another live worker
+# declares with a different hash (a rolling deploy): name and how many such workers.
+WORKER_LIST_SCHEDULE_CONFLICTS = (
+    "SELECT d.name, count(*) FROM workers AS w, jsonb_each_text(w.schedules) AS d(name, hash) "
+    "WHERE w.id <> %(id)s AND w.heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s) "
+    "AND %(schedules)s::jsonb ? d.name AND %(schedules)s::jsonb ->> d.name <> d.hash "
+    "GROUP BY d.name ORDER BY d.name"
+)
+
+# WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows), and
+# the progress of the job it runs (one primary-key probe each).
+WORKER_LIST = (
+    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "extract(epoch FROM now() - w.heartbeat_at)::float8, "
+    "(SELECT j.progress FROM jobs AS j WHERE j.id = w.current_job_id) "
+    "FROM workers AS w ORDER BY w.hostname, w.pid"
+)
+
+# WORKER_LIST_WITH_JOB: every registered worker (a table of a few rows) with its heartbeat
+# age, and the job it runs (one primary-key probe each): progress (as WORKER_LIST), type,
+# status, and how long it has run (since started_at, else claimed_at).
+WORKER_LIST_WITH_JOB = (
+    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "extract(epoch FROM now() - w.heartbeat_at)::float8, j.progress, j.type, j.status, "
+    "extract(epoch FROM now() - coalesce(j.started_at, j.claimed_at))::float8 "
+    "FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job_id ORDER BY w.hostname, w.pid"
+)
+
+# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh.
+WORKER_LIST_ACTIVE_QUEUES = (
+    "SELECT queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
+)
