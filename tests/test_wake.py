@@ -4,12 +4,15 @@ timer an idle worker sets from the claim that found the queue's end."""
 import time
 from datetime import datetime, timedelta, timezone
 
+import psycopg
 import pytest
 
 import jobq
 from daemon import scalar, wait_for, worker_pids
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.listener import Everyone, Listener
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+from jobq.store.migrate import migrate
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
 
@@ -94,3 +97,26 @@ def test_the_next_scheduled_job_after_a_run_starts_on_time(conn, daemon):
     assert jobq.get(now_job.id, conn=conn).status == "done"
     lateness = float(scalar(conn, "SELECT extract(epoch FROM started_at - run_at) FROM jobs WHERE id = %s", later.id))
     assert 0 <= lateness < 0.5
+
+
+def test_the_listener_hears_the_channel_the_schema_names_for_wake_ups(empty_database):
+    """The wake-up channel is named in one place, jobq_wake_channel() (migration 0014):
+    jobq_wake notifies on it, and the listener asks it before it listens."""
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION jobq_wake_channel() RETURNS text LANGUAGE sql IMMUTABLE "
+            "AS $$ SELECT 'jobq_elsewhere' $$"
+        )
+        ear = Listener(empty_database, ["default"], application_name="jobq listener test_wake")
+        assert ear.connect()
+        try:
+            assert ear.channel == "jobq_elsewhere"
+            waking = Asked()
+            jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+            started = time.monotonic()
+            ear.wait(10, waking=waking)
+            assert time.monotonic() - started < 2  # woken on the renamed channel, not timed out
+            assert waking.asked == [2]
+        finally:
+            ear.close()

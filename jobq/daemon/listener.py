@@ -21,10 +21,10 @@ from psycopg import sql
 from jobq.store import connections
 from jobq.daemon.boards import idle
 from jobq.errors import DatabaseUnavailable
+from jobq.store.sql.database import WAKE_CHANNEL_GET
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "jobq"  # wake-ups: '<queue> <jobs>'
 CONTROL_CHANNEL = "jobq_control"  # operators' actions: 'cancel <id>', 'pause <queue>', 'resume <queue>'
 
 
@@ -74,8 +74,10 @@ class Listener:
     thread-safe: one thread owns it."""
 
     def __init__(
-        self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str = CHANNEL
+        self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str | None = None
     ) -> None:
+        """``channel``: what to LISTEN on; by default the wake-up channel, as the schema
+        names it (jobq_wake_channel(), asked at each connect)."""
         self.url = url
         self.queues = frozenset(queues)
         self.application_name = application_name
@@ -89,6 +91,8 @@ class Listener:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
         try:
             self.conn = connections.connect(self.url, application_name=self.application_name)
+            if self.channel is None:
+                (self.channel,) = self.conn.execute(WAKE_CHANNEL_GET).fetchone()  # type: ignore[misc]
             self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._encoding = self.conn.info.encoding
             # Anything psycopg kept aside while LISTEN ran (wait() reads libpq directly):

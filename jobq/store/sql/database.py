@@ -1,11 +1,12 @@
 """Statements of the database and the session rather than of a table: the database's
-clock, the readiness ping, the maintenance leader's advisory lock, and the listing of
-jobq's advisory locks held now.
+clock, the readiness ping, the wake-up channel's name, the maintenance leader's
+advisory lock, and the listing of jobq's advisory locks held now.
 
 Run by :mod:`jobq.store.connections` (DATABASE_PING), :mod:`jobq.schedules.stored`,
 :mod:`jobq.store.partitions`, :mod:`jobq.store.retention` and :mod:`jobq.observe.rollup`
 (DATABASE_NOW), :mod:`jobq.daemon.maintenance.duties` (LEADER_TRY_LOCK) and
-:mod:`jobq.observe.inspection` (ADVISORY_LOCK_LIST_OF_NAMESPACE). The other advisory
+:mod:`jobq.observe.inspection` (ADVISORY_LOCK_LIST_OF_NAMESPACE), and the workers'
+listener, :mod:`jobq.daemon.listener` (WAKE_CHANNEL_GET). The other advisory
 locks ride with their statements: a job's in its claim and outcomes
 (:mod:`jobq.store.sql.leases`, :mod:`jobq.store.sql.outcomes`), a migration's and an
 operation's in :mod:`jobq.store.sql.migrations` and :mod:`jobq.store.sql.operations`,
@@ -20,6 +21,11 @@ DATABASE_NOW = "SELECT now()"
 
 # DATABASE_PING: the database answers (readiness); touches no table.
 DATABASE_PING = "SELECT 1"
+
+# WAKE_CHANNEL_GET: the channel that wakes idle workers ('<queue> <jobs>'), as the
+# schema names it (jobq_wake_channel(), migration 0014): the one place the listener and
+# jobq_wake both read it. Pure: no table, no lock.
+WAKE_CHANNEL_GET = "SELECT jobq_wake_channel()"
 
 # LEADER_TRY_LOCK: the maintenance leader's session lock (reserved key); held for as
 # long as its connection lives.
