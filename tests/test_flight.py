@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from jobq.daemon.worker.flight import DEFER_RUNNING, FLUSH_AFTER, InFlight, InvalidTransition, Outcome, Stage
+from jobq.daemon.worker.heartbeat import Heartbeat
 from jobq.daemon.worker.loop import next_size
 from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.handlers import context
@@ -255,8 +256,10 @@ class BrokenSession:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.calls = 0
 
     def run(self, call):  # type: ignore[no-untyped-def]
+        self.calls += 1
         raise psycopg.errors.RaiseException("refused")
 
 
@@ -269,6 +272,21 @@ def test_a_write_that_fails_returns_its_outcomes_to_the_buffer():
         writer.write(BrokenSession())  # type: ignore[arg-type]
     taken = in_flight.take_outcomes()
     assert [f.job_id for f in taken.flights] == [1] and in_flight.finished_area.end() > 0
+
+
+def test_after_a_failed_write_the_heartbeat_leaves_the_outcomes_to_the_main_thread_until_its_next_beat():
+    in_flight, session = InFlight(), BrokenSession()
+    in_flight.hold([claim(1)])
+    run_next(in_flight, FAILED)
+    writer = OutcomeWriter(in_flight, worker_id="w", lock_base=0)
+    beat = Heartbeat(
+        session, in_flight, writer,  # type: ignore[arg-type]
+        worker_id="w", hostname="h", queues=["default"], interval=60.0, parent_pid=0, orphaned=lambda: None,
+    )
+    with pytest.raises(psycopg.Error):
+        beat.write_outcomes()
+    beat.write_outcomes()  # not again before the next beat: no call, no error
+    assert session.calls == 1 and in_flight.due()  # still buffered, for the main thread's write
 
 
 def test_two_threads_writing_outcomes_write_each_once_by_one_of_them_and_lose_none():
