@@ -81,21 +81,20 @@ class Outcome:
     max_retries: int | None = None
 
 
-@dataclass(slots=True, eq=False)
 class Flight:
     """One job in flight. Changed only by :class:`InFlight`; others read it."""
 
-    claim: Claim  # as held now: after a reconnect, locked is what the re-lock found
-    stage: Stage = Stage.CLAIMED
-    run: context.Run | None = None  # from STARTED: the handler's view of its run
-    started: float = 0.0  # monotonic
-    deadline: float = 0.0  # monotonic; the supervisor kills the worker there
-    marked: bool = False  # marked running by the heartbeat (the long-job rule)
-    outcome: Outcome | None = None  # from BUFFERED
+    __slots__ = ("job_id", "claim", "stage", "run", "started", "deadline", "marked", "outcome")
 
-    @property
-    def job_id(self) -> int:
-        return self.claim.job_id
+    def __init__(self, claim: Claim) -> None:
+        self.job_id = claim.job_id
+        self.claim = claim  # as held now: after a reconnect, locked is what the re-lock found
+        self.stage = Stage.CLAIMED
+        self.run: context.Run | None = None  # from STARTED: the handler's view of its run
+        self.started = 0.0  # monotonic
+        self.deadline = 0.0  # monotonic; the supervisor kills the worker there
+        self.marked = False  # marked running by the heartbeat (the long-job rule)
+        self.outcome: Outcome | None = None  # from BUFFERED
 
 
 @dataclass(slots=True)
@@ -380,7 +379,7 @@ class InFlight:
         for flight in flights:
             flight.stage = end
             del self._flights[flight.job_id]
-        return [flight.claim for flight in flights]
+        return [flight.claim for flight in flights] if end is not Stage.WRITTEN else []
 
     def _end_taken(self, taken: Taken) -> None:
         if taken is not self._taken:
