@@ -24,9 +24,10 @@ STARTED, installed by :func:`jobq.handlers.execution.run` while the handler runs
 
 Threads. The main thread makes every transition but these: the heartbeat thread marks
 the long-running job (:meth:`InFlight.overdue`, which gives the waiting jobs back) and
-writes outcomes; the signal handler records cancels and pauses (on the main thread, on
-top of any frame: it never takes the lock). Every other method takes the one lock and
-does no I/O but the boards' memory.
+writes outcomes; a reconnect, on whichever thread meets it, applies what the re-lock
+found (:meth:`InFlight.relocked`); the signal handler records cancels and pauses (on the
+main thread, on top of any frame: it never takes the lock). Every other method takes
+the one lock and does no I/O but the boards' memory.
 
 The hand-off of outcomes. Both threads write outcomes (the heartbeat while the main
 thread is inside a long handler, so that an outcome is committed within milliseconds
