@@ -170,19 +170,21 @@ def test_progress_arguments_are_checked_and_ignored_outside_a_handler():
 
 
 def test_a_job_cancelled_before_its_handler_starts_is_not_run():
-    from jobq.handlers import context
+    from jobq.daemon.worker.flight import InFlight
     from jobq.handlers import execution
     from jobq.handlers.registry import Handler
 
     calls = []
     handler = Handler("t", lambda job: calls.append(job.id))
     job = type("J", (), {"id": 41, "type": "t"})()
-    context.request_cancel(41)  # the cancel arrived while it waited in the batch
-    try:
-        assert context.was_cancelled(41) and not context.was_cancelled(42)
-        result = execution.run(job, handler)
-    finally:
-        context.forget_cancels()
+    in_flight = InFlight()  # the worker's jobs in flight, where cancels are heard
+    in_flight.hold([leases.Claim(job, 410, True)])  # type: ignore[arg-type]
+    in_flight.request_cancel(41)  # the cancel arrived while it waited in the batch
+    assert in_flight.was_cancelled(41) and not in_flight.was_cancelled(42)
+    started = in_flight.start_next(lambda claim: 60.0)  # (past the withdrawal: it raced it)
+    result = execution.run(job, handler, started.run)
+    in_flight.finished()
+    in_flight.batch_over()
     assert result.cancelled and calls == []
     assert execution.run(job, handler).ok and calls == [41]  # forgotten with its batch
 
@@ -209,7 +211,6 @@ def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, 
     import threading
 
     from jobq.store import locks
-    from jobq.handlers import context
     from jobq.daemon.boards.idle import IdleBoard
     from jobq.daemon.worker.session import ClaimSession
     from jobq.daemon.worker.loop import Worker
@@ -221,21 +222,20 @@ def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, 
     worker.worker_id = "host:1:tok"
     lock_base = locks.key(Settings.from_env({}).advisory_namespace, 0)
     worker.session = ClaimSession(database_url, worker_id=worker.worker_id, lock_base=lock_base,
-                                  stopping=threading.Event(), hand=worker.hand)
+                                  stopping=threading.Event(), in_flight=worker.in_flight)
     worker.session.connect()
     try:
         batch = worker.session.run(lambda conn, _: leases.claim(
             conn, ["default", "mail"], worker_id=worker.worker_id, limit=10, lock_base=lock_base).result())
         assert len(batch) == 4 and all(c.locked for c in batch)
-        worker.hand.hold(batch)
-        worker.hand.line_up(batch)
+        worker.in_flight.hold(batch)
         jobq.cancel(cancelled.id, conn=ledger)
-        context.request_cancel(cancelled.id)  # what the control pipe said
-        worker.paused_queues.add("mail")
+        worker.in_flight.request_cancel(cancelled.id)  # what the control pipe said
+        worker.in_flight.pause("mail")
         assert worker.next_job().job_id == kept.id
+        worker.in_flight.finished()
         assert worker.next_job() is None
     finally:
-        context.forget_cancels()
         worker.session.close()
     assert [status(ledger, job.id) for job in mail] == ["pending", "pending"]
     assert status(ledger, cancelled.id) == "cancelled" and status(ledger, kept.id) == "claimed"

@@ -15,7 +15,7 @@ import pytest
 import jobq
 from daemon import wait_for
 from jobq.jobs import leases
-from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.session import ClaimSession
 from support import LOCK_BASE, claim, complete, fail
 
@@ -29,7 +29,7 @@ MAX_APP_CONNECTIONS = 400  # opened one at a time until every pid % 16 is covere
 def claim_session(database_url: str, worker_id: str) -> Iterator[psycopg.Connection]:
     """A worker's claim session, connected as the worker connects it."""
     session = ClaimSession(
-        database_url, worker_id=worker_id, lock_base=LOCK_BASE, stopping=threading.Event(), hand=Hand()
+        database_url, worker_id=worker_id, lock_base=LOCK_BASE, stopping=threading.Event(), in_flight=InFlight()
     )
     session.connect()
     try:

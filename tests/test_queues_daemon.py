@@ -13,7 +13,7 @@ from web_server import WebServer
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.control]
 
-JOB_SECONDS = 0.1  # longer than a short job (jobq.daemon.worker.hand.SHORT_JOB): claims stay one job each
+JOB_SECONDS = 0.1  # longer than a short job (jobq.daemon.worker.loop.SHORT_JOB): claims stay one job each
 PAUSED_FOR = 3.0
 # A claim statement already running when the pause commits works from a snapshot taken
 # before it: the job it took may start a few milliseconds after the pause answered

@@ -11,7 +11,7 @@ import jobq
 from daemon import scalar, wait_for
 from jobq.store.sql.ledger import JOB_GET
 from jobq.jobs import leases
-from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.session import ClaimSession
 from support import LOCK_BASE, advisory_locks
 
@@ -23,13 +23,15 @@ BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq work
 
 @pytest.fixture
 def session(database_url, conn):
-    """A claim session holding one claimed job in its hand, and the job."""
+    """A claim session holding one claimed job in flight, and the job."""
     jobq.enqueue("noop", conn=conn)
-    hand = Hand()
-    s = ClaimSession(database_url, worker_id=WORKER, lock_base=LOCK_BASE, stopping=threading.Event(), hand=hand)
+    in_flight = InFlight()
+    s = ClaimSession(
+        database_url, worker_id=WORKER, lock_base=LOCK_BASE, stopping=threading.Event(), in_flight=in_flight
+    )
     s.connect()
     claimed = s.run(lambda c, _: leases.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
-    hand.hold(claimed)
+    in_flight.hold(claimed)
     yield s, claimed[0]
     s.close()
 
@@ -68,6 +70,7 @@ def waiting_on_a_row_lock(conn) -> bool:
 
 def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending_again(session, conn, database_url):
     s, claim = session
+    s.in_flight.start_next(lambda claim: 60.0)  # started: it keeps its place through a reconnect
     kill_backends(conn)
     with psycopg.connect(database_url) as recovering:  # maintenance releasing the job: unlocked, not committed
         recovering.execute("SELECT pg_advisory_lock(%s)", (LOCK_BASE | claim.job_id,))
@@ -77,7 +80,7 @@ def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending
         recovering.commit()
     thread.join(10)
     assert result == {"value": "ran"}
-    assert not s.hand.presented(claim).locked  # lost: it is pending again
+    assert not s.in_flight.presented(claim).locked  # lost: it is pending again
     assert claim.job_id not in advisory_locks(conn)
 
 
@@ -85,15 +88,18 @@ def test_jobs_given_back_while_the_session_was_gone_are_let_go_not_run(session, 
     s, first = session
     jobq.enqueue("noop", conn=conn)
     second = s.run(lambda c, _: leases.claim(c, ["default"], worker_id=WORKER, limit=1, lock_base=LOCK_BASE).result())
-    s.hand.hold(second)
-    s.hand.line_up([first, *second])
+    s.in_flight.hold(second)  # in line after the first
     kill_backends(conn)
     with psycopg.connect(database_url) as reaping:  # another host's stale reaper
         reaping.execute("SELECT pg_advisory_lock(%s)", (LOCK_BASE | second[0].job_id,))
         leases.release(reaping, second, lock_base=LOCK_BASE).result()
     assert s.run(ping) == "ran"
-    assert [c.job_id for c in s.hand.held()] == [first.job_id]  # re-locked, still to run
-    assert s.hand.start_next() == s.hand.presented(first) and s.hand.start_next() is None
+    assert [c.job_id for c in s.in_flight.held()] == [first.job_id]  # re-locked, still to run
+    timeout = lambda claim: 60.0  # noqa: E731
+    started = s.in_flight.start_next(timeout)
+    assert started.claim == s.in_flight.presented(first)
+    s.in_flight.finished()
+    assert s.in_flight.start_next(timeout) is None
     assert jobq.get(second[0].job_id, conn=conn).status == "pending"  # someone else's to run
 
 
@@ -109,7 +115,7 @@ def test_a_connection_lost_while_relocking_is_retried_not_raised(session, conn, 
         blocker.rollback()
     thread.join(10)
     assert result == {"value": "ran"}
-    assert s.hand.presented(claim).locked  # still ours: re-locked on the third connection
+    assert s.in_flight.presented(claim).locked  # still ours: re-locked on the third connection
     assert claim.job_id in advisory_locks(conn)
 
 

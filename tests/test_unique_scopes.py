@@ -18,7 +18,7 @@ from api_support import assert_error
 from daemon import wait_for
 from jobq.jobs import leases
 from jobq.daemon.maintenance import reaper
-from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.session import ClaimSession
 from jobq.settings import Settings
 from support import LOCK_BASE, advisory_locks, claim
@@ -268,15 +268,17 @@ def test_a_key_taken_by_an_insert_still_uncommitted_when_the_retry_is_written(le
     holder: the write waits for it, fails on the key once it commits, and the worker's
     session sends it again: the job ends superseded, its batch-mate is written, and no
     lock is left."""
-    stopping, hand = threading.Event(), Hand()
-    session = ClaimSession(database_url, worker_id="test:1:race", lock_base=LOCK_BASE, stopping=stopping, hand=hand)
+    stopping, in_flight = threading.Event(), InFlight()
+    session = ClaimSession(
+        database_url, worker_id="test:1:race", lock_base=LOCK_BASE, stopping=stopping, in_flight=in_flight
+    )
     session.connect()
     key = new_key()
     jobq.enqueue("noop", idempotency_key=key, unique_while="pending", conn=ledger)
     jobq.enqueue("noop", conn=ledger)
     held = session.run(lambda conn, _: leases.claim(
         conn, ["default"], worker_id="test:1:race", limit=2, lock_base=LOCK_BASE).result())
-    hand.hold(held)
+    in_flight.hold(held)
     with psycopg.connect(database_url) as app:  # the application's transaction, left open
         newcomer = jobq.enqueue("noop", idempotency_key=key, unique_while="pending", conn=app)
         result: dict = {}

@@ -205,8 +205,8 @@ class Supervisor:
                 self.pass_on(message)
 
     def pass_on(self, message: messages.Cancel | messages.Pause) -> None:
-        """An operator cancelled a job or paused a queue: tell every worker that has a
-        batch in hand (it drops what it has not started); the one running a cancelled
+        """An operator cancelled a job or paused a queue: tell every worker that has
+        jobs in flight (it drops what it has not started); the one running a cancelled
         job gets JOBQ_CANCEL_GRACE seconds to end it before it is killed."""
         for proc in self.workers.values():
             told = proc.tell(message, self.system)

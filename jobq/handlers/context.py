@@ -1,17 +1,19 @@
 """The job this process is running, as its handler sees it: ``jobq.progress`` and
 ``jobq.cancel_requested``.
 
-A worker process runs one handler at a time; :func:`begin` and :func:`end` bracket
-it. What the handler says here stays in memory (no round trip per call): the
-worker's heartbeat thread writes the latest progress to the job's row within
-PROGRESS_EVERY seconds, also while a CPU-bound handler holds the interpreter (pure
-Python gives it up every few milliseconds). A cancel of the running job sets the flag
-that :func:`cancel_requested` reads, and the worker raises :class:`jobq.Cancelled`
-in the handler.
+Whoever runs a job makes its :class:`Run` (a worker: its jobs in flight,
+:mod:`jobq.daemon.worker.flight`, when the job starts), and :func:`begin` and
+:func:`end` install it here while the handler runs (a handler calls ``jobq.progress()``
+with no reference to anything: this module is how it finds its run). The Run is not a
+copy: a cancel sets the flag that :func:`cancel_requested` reads on the Run itself, and
+the worker raises :class:`jobq.Cancelled` in the handler; the worker's heartbeat thread
+reads the latest progress from it and writes it to the job's row within PROGRESS_EVERY
+seconds, also while a CPU-bound handler holds the interpreter (pure Python gives it up
+every few milliseconds). What the handler says stays in memory: no round trip per call.
 
-Every write here is one assignment of an immutable value, so that the worker's
-signal handler and heartbeat thread can read and write it without a lock (a lock
-taken by the handler could never be taken by a signal handler running on top of it).
+Every write here is one assignment, so that the worker's signal handler and heartbeat
+thread can read and write without a lock (a lock taken by the handler could never be
+taken by a signal handler running on top of it).
 """
 
 from __future__ import annotations
@@ -37,24 +39,23 @@ class Progress:
 
 
 @dataclass(slots=True)
-class _Run:
+class Run:
+    """One run of a job's handler, as the handler sees it."""
+
     job_id: int
-    cancel_requested: bool = False
-    progress: Progress | None = None
+    cancel_requested: bool = False  # set by whoever heard the cancel; read by the handler
+    progress: Progress | None = None  # the handler's latest call of jobq.progress
     calls: int = 0
 
 
-_current: _Run | None = None
-_cancelled: set[int] = set()  # jobs cancelled since the worker's batch was claimed
+_current: Run | None = None
 
 
-def begin(job_id: int) -> None:
-    """The worker enters the handler of ``job_id`` (one already cancelled starts with
-    :func:`cancel_requested` true: the worker does not call its handler)."""
+def begin(run: Run) -> None:
+    """The handler of ``run`` starts (one whose cancel was already requested starts with
+    :func:`cancel_requested` true: its handler is not called)."""
     global _current
-    _current = _Run(job_id)
-    if job_id in _cancelled:  # after the assignment: a cancel arriving now sees _current
-        _current.cancel_requested = True
+    _current = run
 
 
 def end() -> None:
@@ -63,37 +64,9 @@ def end() -> None:
     _current = None
 
 
-def running_job() -> int | None:
-    """The id of the job whose handler runs now, if any."""
-    run = _current
-    return run.job_id if run is not None else None
-
-
-def request_cancel(job_id: int) -> bool:
-    """``job_id`` was cancelled: remember it, and mark the run if it is the running job;
-    True if its handler runs now (the caller raises :class:`jobq.Cancelled` in it)."""
-    _cancelled.add(job_id)
-    run = _current
-    if run is None or run.job_id != job_id:
-        return False
-    run.cancel_requested = True
-    return True
-
-
-def cancels_pending() -> bool:
-    """Whether any cancel arrived since :func:`forget_cancels`."""
-    return bool(_cancelled)
-
-
-def was_cancelled(job_id: int) -> bool:
-    """Whether a cancel of ``job_id`` arrived since :func:`forget_cancels`."""
-    return job_id in _cancelled
-
-
-def forget_cancels() -> None:
-    """The batch is over: its cancels are of no more use (new claims never take a
-    cancelled job)."""
-    _cancelled.clear()
+def current() -> Run | None:
+    """The run whose handler runs now, if any."""
+    return _current
 
 
 def cancel_requested() -> bool:
@@ -132,9 +105,3 @@ def progress(fraction: float | None = None, message: str | None = None, **data: 
     value = {"fraction": fraction, "message": message, "data": data, "at": at}
     run.calls += 1
     run.progress = Progress(run.job_id, storable_json(value), run.calls)
-
-
-def latest_progress() -> Progress | None:
-    """The running job's latest progress (for the heartbeat to write), if any."""
-    run = _current
-    return run.progress if run is not None else None

@@ -33,14 +33,15 @@ class RunResult:
         return self.error is None and self.snooze is None
 
 
-def run(job: Job, handler: Handler | None) -> RunResult:
+def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> RunResult:
     """Call ``handler`` (the one registered for ``job.type``) with ``job`` and capture
-    what happened.
+    what happened; ``view`` is the handler's view of this run (:mod:`jobq.handlers.context`;
+    a worker's is made when the job starts, a fresh one by default), installed while it runs.
 
     Never raises for anything the handler does (except BaseExceptions such as
     KeyboardInterrupt and SystemExit, which must stop the worker). No handler (an
     unknown type) or a result that is not storable JSON is a failed run like any other.
-    A run whose job was cancelled meanwhile (:mod:`jobq.handlers.context`; the handler got
+    A run whose job was cancelled meanwhile (its view's flag; the handler got
     :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
     returned.
     """
@@ -49,7 +50,7 @@ def run(job: Job, handler: Handler | None) -> RunResult:
     try:
         if handler is None:
             raise UnknownJobType(job.type)
-        context.begin(job.id)
+        context.begin(view or context.Run(job.id))
         try:
             if context.cancel_requested():  # cancelled between its claim and now
                 raise Cancelled()

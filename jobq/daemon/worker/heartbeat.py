@@ -7,10 +7,17 @@ Every TICK it checks that the parent supervisor is alive and that the running jo
 not past its deadline (the supervisor kills the worker there; a worker that outlives
 it by DEADLINE_GRACE, because the report never reached the supervisor, kills itself),
 writes the outcomes that have waited too long while the main thread runs a handler
-(:mod:`jobq.daemon.worker.outcomes`), and applies the batch's long-job rule
-(:meth:`jobq.daemon.worker.hand.Hand.overdue`): the outcomes waiting are written, the
-running job is marked running, and the jobs waiting behind it are given back. And
-every PROGRESS_EVERY at most, it writes the running job's latest ``jobq.progress``.
+(:mod:`jobq.daemon.worker.outcomes`: the hand-off of :mod:`jobq.daemon.worker.flight`),
+and applies the batch's long-job rule (:meth:`~jobq.daemon.worker.flight.InFlight.overdue`):
+the outcomes waiting are written, the running job is marked running, and the jobs
+waiting behind it are given back. And every PROGRESS_EVERY at most, it writes the
+running job's latest ``jobq.progress``. Everything it knows of the jobs it asks the
+worker's :class:`~jobq.daemon.worker.flight.InFlight`.
+
+A write of outcomes that fails for a reason of the statement's own (not a lost
+connection: the session retries those) returns them to the buffer, and the heartbeat
+leaves them to the main thread until its next beat: the main thread meets the same
+error with its next write and leaves as for any database error.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import psycopg
+
 from jobq.jobs import leases
 from jobq.schedules import declarations
 from jobq.handlers import context
 from jobq.daemon import presence
-from jobq.daemon.worker.hand import Hand
-from jobq.daemon.worker.outcomes import Outcomes
+from jobq.daemon.worker.flight import InFlight
+from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.daemon.worker.session import ClaimSession
 from jobq.errors import DatabaseUnavailable
 
@@ -43,8 +52,8 @@ class Heartbeat(threading.Thread):
     def __init__(
         self,
         session: ClaimSession,
-        hand: Hand,
-        outcomes: Outcomes,
+        in_flight: InFlight,
+        outcomes: OutcomeWriter,
         *,
         worker_id: str,
         hostname: str,
@@ -56,7 +65,7 @@ class Heartbeat(threading.Thread):
         """``orphaned`` is called (from this thread) once the parent process is gone."""
         super().__init__(name="jobq-heartbeat", daemon=True)
         self.session = session
-        self.hand = hand
+        self.in_flight = in_flight
         self.outcomes = outcomes
         self.worker_id = worker_id
         self.hostname = hostname
@@ -67,6 +76,7 @@ class Heartbeat(threading.Thread):
         self.done = threading.Event()
         self.progress_written: context.Progress | None = None
         self.next_progress = 0.0
+        self.write_outcomes_from = 0.0  # monotonic: after a failed write, the next beat
 
     def run(self) -> None:
         next_beat = time.monotonic()
@@ -74,12 +84,12 @@ class Heartbeat(threading.Thread):
             try:
                 if os.getppid() != self.parent_pid:
                     self.orphaned()
-                if self.hand.past_deadline(DEADLINE_GRACE):
+                if self.in_flight.past_deadline(DEADLINE_GRACE):
                     log.error("job.timed_out id=%s worker=%s: not killed by the supervisor; killing itself",
-                              self.hand.in_hand().running, self.worker_id)
+                              self.in_flight.snapshot().running, self.worker_id)
                     os.kill(os.getpid(), signal.SIGKILL)
-                if self.outcomes.due():
-                    self.outcomes.write(self.session)
+                if self.in_flight.due():
+                    self.write_outcomes()
                 self.mark_long_job()
                 self.write_progress()
                 if time.monotonic() >= next_beat:
@@ -94,9 +104,19 @@ class Heartbeat(threading.Thread):
         self.done.set()
         self.join(timeout=5)
 
+    def write_outcomes(self) -> None:
+        """Write the outcomes buffered, unless a write of them failed since the last beat."""
+        if time.monotonic() < self.write_outcomes_from:
+            return
+        try:
+            self.outcomes.write(self.session)
+        except psycopg.Error:
+            self.write_outcomes_from = time.monotonic() + self.interval
+            raise
+
     def beat(self) -> None:
         def write(conn, _retried):  # type: ignore[no-untyped-def]
-            now = self.hand.in_hand()  # under the session lock: what the database has
+            now = self.in_flight.snapshot()  # under the session lock: what the database has
             if not presence.beat(conn, self.worker_id, now.running, now.recorded):
                 presence.register(conn, self.worker_id, self.hostname, os.getpid(), self.queues)
                 presence.declare(conn, self.worker_id, declarations.hashes())
@@ -104,18 +124,18 @@ class Heartbeat(threading.Thread):
 
         lost = self.session.run(write)
         for job_id in sorted(lost):
-            if context.was_cancelled(job_id):
+            if self.in_flight.was_cancelled(job_id):
                 continue  # an operator's cancel took it: said where it is acted on
             log.warning("job.lost id=%s worker=%s: its lease was taken away", job_id, self.worker_id)
 
     def write_progress(self) -> None:
         """The running job's latest progress, if it changed and PROGRESS_EVERY has passed
         since the last write."""
-        progress = context.latest_progress()
-        if progress is None or progress == self.progress_written or time.monotonic() < self.next_progress:
+        running = self.in_flight.running_progress()
+        if running is None:
             return
-        claim = self.hand.running_claim()
-        if claim is None or claim.job_id != progress.job_id:
+        claim, progress = running
+        if progress == self.progress_written or time.monotonic() < self.next_progress:
             return
         if self.session.run(lambda conn, _: leases.set_progress(conn, claim, progress.json)):
             log.info("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
@@ -123,9 +143,9 @@ class Heartbeat(threading.Thread):
         self.next_progress = time.monotonic() + context.PROGRESS_EVERY
 
     def mark_long_job(self) -> None:
-        overdue = self.hand.overdue()
+        overdue = self.in_flight.overdue()
         if overdue is None:
             return
-        self.outcomes.write(self.session)  # what finished before it is recorded first
+        self.write_outcomes()  # what finished before it is recorded first
         self.session.run(lambda conn, _: leases.start(conn, [overdue.claim], [overdue.elapsed]).result())
         self.session.give_back(overdue.waiting)

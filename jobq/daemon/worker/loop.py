@@ -6,7 +6,7 @@ child; everything that opens a file, a socket or a connection happens there. The
 loop, top to bottom::
 
     exchange: write the buffered outcomes and claim the next batch, one round trip
-    nothing claimed -> report idle, wait (notification, poll interval, next run_at)
+    nothing claimed -> show idle, wait (notification, poll interval, next run_at)
     run the batch: one job at a time, outcome into the buffer, written within
                    FLUSH_AFTER seconds (by this thread or the heartbeat) or with
                    the next claim
@@ -17,10 +17,11 @@ SIGUSR1 from the supervisor): a cancel of the running job raises
 :class:`jobq.Cancelled` in its handler; cancelled jobs and jobs of a paused queue
 still waiting in the batch are given back unstarted.
 
-How batches are sized and split is :mod:`jobq.daemon.worker.hand`, and how outcomes wait
-and are written :mod:`jobq.daemon.worker.outcomes`; what the worker has in hand (its
-:class:`~jobq.daemon.worker.hand.Hand`) and its outcomes are shared with the heartbeat
-thread.
+Every job the worker claimed is held by one object, its
+:class:`~jobq.daemon.worker.flight.InFlight` (:mod:`jobq.daemon.worker.flight`: each
+job's stage, and the boards and handler's view it writes); this loop, the heartbeat
+thread and the claim session ask it. What a run comes to and how outcomes are written
+is :mod:`jobq.daemon.worker.outcomes`.
 """
 
 from __future__ import annotations
@@ -29,28 +30,25 @@ import logging
 import os
 import signal
 import threading
-import time
-from dataclasses import replace
 
 import psycopg
 
 from jobq.jobs import leases
 from jobq.schedules import declarations
 from jobq.store import locks
-from jobq.handlers import context
 from jobq.schedules import stored
 from jobq.jobs.leases import Claim
 from jobq.daemon import presence
-from jobq.daemon.worker import hand
+from jobq.daemon.worker import outcomes
 from jobq.handlers import execution
 from jobq.daemon import messages
-from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.flight import DEFER_RUNNING, Flight, InFlight, Outcome
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.worker.heartbeat import Heartbeat
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.listener import Listener
-from jobq.daemon.worker.outcomes import Outcome, Outcomes
+from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.daemon.worker.session import ClaimSession
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import first_line
@@ -69,6 +67,15 @@ EXIT_DATABASE_ERROR = 4
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 UNASKED = object()  # Worker.next_in before the database was asked
+SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
+
+
+def next_size(size: int, *, all_short: bool, cap: int) -> int:
+    """The size of the next claim after a batch of ``size``: it doubles while every job
+    of a batch ran shorter than SHORT_JOB, and drops to 1 when one ran longer (a job
+    that runs DEFER_RUNNING seconds is marked running and the jobs waiting behind it go
+    back to the queue, so that no idle worker waits behind a long job)."""
+    return min(size * 2, cap) if all_short else 1
 
 
 def worker_name(hostname: str, pid: int, token: str) -> str:
@@ -103,20 +110,15 @@ class Worker:
         self.board = board
         self.slot = slot
         self.seat = board.seat(slot)  # who wakes for a notification: wait_for_work
-        # shared with the supervisor; of its own when run alone
-        self.jobs = jobs or JobBoard(slot + 1)
-        self.finished = finished or FinishedArea()
+        # Every job claimed, each in its stage; it writes the boards shared with the
+        # supervisor (of its own when run alone).
+        self.in_flight = InFlight(jobs, slot, finished)
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = list(settings.queues)
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
-        self.hand = Hand()
-        # Queues paused since the batch was claimed (added by the signal handler, read
-        # by the loop between two jobs; membership tests and adds only, no lock). The
-        # jobs cancelled meanwhile are jobq.handlers.context's.
-        self.paused_queues: set[str] = set()
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
         self.batch_size = 1
         # Set by exchange for wait_for_work: whether the last claim found fewer jobs than
@@ -149,8 +151,9 @@ class Worker:
             log.error("worker.database_error worker=%s error=%s: %s", self.worker_id, type(exc).__name__, first_line(exc))
             self.stop_reason, code = "database error", EXIT_DATABASE_ERROR
         finally:
-            self.leave()
-        log.info("worker.exited worker=%s reason=%s jobs=%s", self.worker_id, self.stop_reason, self.hand.in_hand().recorded)
+            self.leave(write_outcomes=code != EXIT_DATABASE_ERROR)
+        recorded = self.in_flight.snapshot().recorded
+        log.info("worker.exited worker=%s reason=%s jobs=%s", self.worker_id, self.stop_reason, recorded)
         return code
 
     def boot(self) -> None:
@@ -161,9 +164,9 @@ class Worker:
         except Exception as exc:  # any error while importing a handler module stops the boot
             raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
         url = self.settings.require_database_url()
-        self.outcomes = Outcomes(self.hand, self.finished, worker_id=self.worker_id, lock_base=self.lock_base)
+        self.outcomes = OutcomeWriter(self.in_flight, worker_id=self.worker_id, lock_base=self.lock_base)
         self.session = ClaimSession(
-            url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, hand=self.hand
+            url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, in_flight=self.in_flight
         )
         self.session.connect()
         try:
@@ -178,7 +181,7 @@ class Worker:
         self.listener.connect()
         self.heartbeat = Heartbeat(
             self.session,
-            self.hand,
+            self.in_flight,
             self.outcomes,
             worker_id=self.worker_id,
             hostname=self.settings.hostname,
@@ -209,7 +212,8 @@ class Worker:
         more than record: a cancel of the job whose handler runs now raises
         :class:`Cancelled` right here, in the handler's frame, as KeyboardInterrupt
         would (a handler in a blocking call, e.g. sleep, is interrupted too). Jobs not
-        started yet are only marked; the loop gives them back."""
+        started yet are only marked; the loop gives them back. (The jobs in flight
+        record both without their lock: this frame may be on top of one holding it.)"""
         if self.control is None:
             return
         try:
@@ -219,9 +223,9 @@ class Worker:
         interrupt = False
         for message in arrived:
             if isinstance(message, messages.Cancel):
-                interrupt = context.request_cancel(message.job_id) or interrupt
+                interrupt = self.in_flight.request_cancel(message.job_id) or interrupt
             elif isinstance(message, messages.Pause):
-                self.paused_queues.add(message.queue)
+                self.in_flight.pause(message.queue)
         if interrupt:
             raise Cancelled()
 
@@ -236,13 +240,18 @@ class Worker:
         self.request_stop("parent died")
         self.wakeup.wake()
 
-    def leave(self) -> None:
+    def leave(self, *, write_outcomes: bool = True) -> None:
+        """Give back the jobs not started, write the outcomes waiting (not after a
+        database error: the worker leaves them to the supervisor's maintenance, which
+        records the successes noted in its finished area; the rest go back to pending)
+        and remove the worker's row."""
         try:
-            self.session.give_back(self.hand.take_waiting())
-            self.outcomes.write(self.session)
+            self.session.give_back(self.in_flight.take_waiting())
+            if write_outcomes:
+                self.outcomes.write(self.session)
             self.session.run(lambda conn, _: presence.leave(conn, self.worker_id))
         except (DatabaseUnavailable, psycopg.Error):
-            unrecorded = len(self.hand.held())
+            unrecorded = len(self.in_flight.held())
             log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
         self.heartbeat.stop()
         self.listener.close()
@@ -253,12 +262,11 @@ class Worker:
     def work(self) -> None:
         max_jobs = self.settings.max_jobs_per_child
         while not self.stopping.is_set():
-            claimed = self.exchange()
-            if not claimed:
-                self.jobs.show(self.slot, None)
+            if not self.exchange():
+                self.in_flight.idle()
                 self.wait_for_work()
                 continue
-            self.run_batch(claimed)
+            self.run_batch()
             if max_jobs and self.jobs_run >= max_jobs:
                 self.request_stop(f"recycled after {self.jobs_run} jobs")
 
@@ -282,71 +290,51 @@ class Worker:
         if os.getppid() != self.parent_pid:
             self.request_stop("parent died")
 
-    def run_batch(self, claimed: list[Claim]) -> None:
-        self.hand.line_up(claimed)
+    def run_batch(self) -> None:
+        """Run the jobs in line, one at a time, each outcome into the buffer (written
+        when due); then give back what a stop left in line."""
         all_short = True
-        while not self.stopping.is_set() and (claim := self.next_job()) is not None:
-            outcome = self.run_one(claim)
-            self.hand.finished()
-            if outcome.result.cancelled:
-                self.session.record_cancelled(claim, by=f"worker:{self.worker_id}")
-                log.info("job.cancelled id=%s type=%s worker=%s", claim.job.id, claim.job.type, self.worker_id)
-            else:
-                self.outcomes.add(outcome)
-            all_short = all_short and outcome.result.seconds < hand.SHORT_JOB
-            if self.outcomes.due():
+        while not self.stopping.is_set() and (flight := self.next_job()) is not None:
+            outcome = self.run_one(flight)
+            self.in_flight.buffer(outcome)
+            all_short = all_short and outcome.result.seconds < SHORT_JOB
+            if self.in_flight.due():
                 self.outcomes.write(self.session)
-        self.session.give_back(self.hand.take_waiting())
-        context.forget_cancels()  # new claims never take cancelled jobs or paused queues
-        self.paused_queues.clear()
-        self.batch_size = hand.next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
+        self.session.give_back(self.in_flight.take_waiting())
+        self.in_flight.batch_over()  # new claims never take cancelled jobs or paused queues
+        self.batch_size = next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
 
-    def next_job(self) -> Claim | None:
-        """The next job of the batch to run, after giving back those an operator withdrew
-        (cancelled, or of a queue paused) since the batch was claimed."""
-        withdrawn = []
-        if self.paused_queues or context.cancels_pending():
-            withdrawn = self.hand.take_waiting_where(
-                lambda c: context.was_cancelled(c.job_id) or c.job.queue in self.paused_queues
-            )
+    def next_job(self) -> Flight | None:
+        """The next job of the batch, started, after giving back those an operator
+        withdrew (cancelled, or of a queue paused) since the batch was claimed."""
+        withdrawn = self.in_flight.take_withdrawn()
         if withdrawn:
             log.info("worker.withdrawn worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in withdrawn))
             self.session.give_back(withdrawn)
-        return self.hand.start_next()
+        return self.in_flight.start_next(self.timeout_of)
 
-    def run_one(self, claim: Claim) -> Outcome:
-        job = claim.job
+    def timeout_of(self, claim: Claim) -> float:
+        """Seconds the job may run: its handler's timeout, or JOBQ_JOB_TIMEOUT."""
+        handler = registry.find(claim.job.type)
+        return handler.timeout if handler and handler.timeout else self.settings.job_timeout
+
+    def run_one(self, flight: Flight) -> Outcome:
+        """Run the started job's handler; what the run comes to."""
+        job = flight.claim.job
         handler = registry.find(job.type)
-        timeout = handler.timeout if handler and handler.timeout else self.settings.job_timeout
-        deadline = time.monotonic() + timeout
-        self.hand.runs_until(deadline)
-        self.jobs.show(self.slot, messages.Started(job.id, claim.lease, deadline, timeout))
         self.jobs_run += 1
-        result = execution.run(job, handler)
-        if result.ok:
-            return Outcome(claim, result)
-        if result.snooze is not None:
-            if job.snoozes < self.settings.max_snoozes:
-                return Outcome(claim, result, result.snooze)
-            error = f"snoozed {job.snoozes} times, the most JOBQ_MAX_SNOOZES allows; this snooze is a failed run"
-            result = replace(result, error=error, error_kind="Snooze", snooze=None)
-        if result.not_retried is not None:  # the handler's policy: dead now, no retry spent
-            return Outcome(claim, result, 0.0, job.attempt)
-        delay = handler.retry_delay(job.attempt) if handler is not None else None
-        if delay is None:
-            if handler is not None and handler.backoff is not None:
-                log.error("job.backoff_failed id=%s type=%s: the handler's backoff gave no delay; the global one is used",
-                          job.id, job.type)
-            delay = self.settings.retry_delay(job.attempt)
-        return Outcome(claim, result, delay, handler.max_retries if handler else None)
+        result = execution.run(job, handler, flight.run)
+        self.in_flight.finished()
+        return outcomes.decide(flight.claim, result, handler, self.settings)
 
     # -- talking to the database ---------------------------------------------------------
 
-    def exchange(self) -> list[Claim]:
+    def exchange(self) -> bool:
         """Write the buffered outcomes and claim the next batch: one round trip (a
-        pipeline), one transaction. Returns the jobs to run (locked by this session).
+        pipeline), one transaction. The jobs claimed are in flight, in line; returns
+        whether any is to run here (locked by this session).
 
-        With nothing in hand (an idle worker woken by a notification: no outcome can be
+        With nothing in flight (an idle worker woken by a notification: no outcome can be
         waiting) the claim goes alone, without a pipeline: its rows and its commit come
         back in one exchange of messages instead of two. When the last claim found fewer
         jobs than it asked for, the seconds until the next due job are asked in the same
@@ -368,16 +356,16 @@ class Worker:
                 asked[:] = [leases.next_run_in(conn, self.queues)]
             return claimed
 
-        # The claimed jobs are in hand before the session's lock is let go: a reconnect
+        # The claimed jobs are in flight before the session's lock is let go: a reconnect
         # in between would give back, as orphans, jobs this worker is about to run.
         with self.session.lock:
-            if self.hand.held():  # outcomes may be waiting (a job is let go once its outcome is written)
+            if self.in_flight.holding():  # outcomes may be waiting (a job is let go once its outcome is written)
                 claimed = self.outcomes.write(self.session, also=claim_and_ask) or []
                 if asked:
                     self.next_in = asked[0].result()
             else:
                 claimed = self.session.run(lambda conn, _: claim(conn).result())
-            self.hand.hold(claimed)
+            refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
@@ -385,13 +373,11 @@ class Worker:
                     "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
                     job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
                 )
-        unlocked = [job for job in claimed if not job.locked]
-        if unlocked:
+        if refused:
             # Another session holds the job's lock: never run it here.
-            self.session.give_back(unlocked)
-            claimed = [job for job in claimed if job.locked]
+            self.session.give_back(refused)
             self.next_in = UNASKED  # asked before these went back to pending
-        return claimed
+        return len(refused) < len(claimed)
 
     # -- the supervisor's pipe -----------------------------------------------------------
 

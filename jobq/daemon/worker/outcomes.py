@@ -1,160 +1,170 @@
-"""A worker's outcomes: run but not yet written, then written in batches.
+"""A worker's outcomes: what a run comes to (:func:`decide`), and their writing in
+batches (:class:`OutcomeWriter`).
 
-The main thread adds each job's outcome as its handler returns and writes the
-buffer with its next claim, or on its own once the oldest outcome has waited
-FLUSH_AFTER seconds. While the main thread is inside a long handler, the heartbeat
-thread writes what waits (and always before it marks the next job running), so a
-finished job's outcome is committed within milliseconds whatever the job after it
-does. Until then, each success is also noted in the finished area (memory shared
-with the supervisor, :mod:`jobq.daemon.boards.finished`), and what is not noted there (a
-failure, a snooze, a result too large) is written before the next job starts: a
-worker killed at any moment runs again at most the job it was running.
+The outcomes wait in the worker's jobs in flight (:mod:`jobq.daemon.worker.flight`), which
+says when they are due: the main thread writes them with its next claim, or on its own
+once the oldest has waited FLUSH_AFTER seconds or one waits that the finished area does
+not hold (a failure, a snooze, a cancel, a result too large: written before the next job
+starts). While the main thread is inside a long handler, the heartbeat thread writes what
+waits (and always before it marks the next job running), so a finished job's outcome is
+committed within milliseconds whatever the job after it does. Either thread writes
+through the same hand-off: it takes every outcome buffered, and only it ends them,
+written or, when its write fails, returned to the buffer.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from jobq.jobs import leases
 from jobq.jobs.leases import Claim
-from jobq.daemon.worker.hand import Hand
-from jobq.handlers.execution import RunResult
-from jobq.daemon.boards.finished import FinishedArea
+from jobq.daemon.worker.flight import Flight, InFlight, Outcome, Taken
 from jobq.daemon.worker.session import ClaimSession
+from jobq.handlers.execution import RunResult
+from jobq.handlers.registry import Handler
+from jobq.settings import Settings
 from jobq.store.connections import Connection
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-FLUSH_AFTER = 0.005  # seconds an outcome may wait in the buffer while the batch goes on
 
-
-@dataclass
-class Outcome:
-    claim: Claim
-    result: RunResult
-    delay: float = 0.0
-    max_retries: int | None = None
+def decide(claim: Claim, result: RunResult, handler: Handler | None, settings: Settings) -> Outcome:
+    """What a run of ``claim``'s job by ``handler`` comes to: a success, a cancel, a
+    snooze (a failed run past JOBQ_MAX_SNOOZES), a failure that the handler's policy
+    sends to the dead letters now, or a failure retried after the handler's backoff (or
+    the global one)."""
+    job = claim.job
+    if result.ok:
+        return Outcome(claim, result)
+    if result.snooze is not None:
+        if job.snoozes < settings.max_snoozes:
+            return Outcome(claim, result, result.snooze)
+        error = f"snoozed {job.snoozes} times, the most JOBQ_MAX_SNOOZES allows; this snooze is a failed run"
+        result = replace(result, error=error, error_kind="Snooze", snooze=None)
+    if result.not_retried is not None:  # the handler's policy: dead now, no retry spent
+        return Outcome(claim, result, 0.0, job.attempt)
+    delay = handler.retry_delay(job.attempt) if handler is not None else None
+    if delay is None:
+        if handler is not None and handler.backoff is not None:
+            log.error("job.backoff_failed id=%s type=%s: the handler's backoff gave no delay; the global one is used",
+                      job.id, job.type)
+        delay = settings.retry_delay(job.attempt)
+    return Outcome(claim, result, delay, handler.max_retries if handler else None)
 
 
 @dataclass
 class Written:
-    """What one write recorded: the fate of each failed job, and the ids whose write a
+    """What one write sends and recorded: the taken outcomes by kind (each with its
+    claim as held when sent), the fate of each failed job, and the ids whose write a
     stale lease rejected."""
 
-    done: list[Outcome] = field(default_factory=list)
-    failed: list[Outcome] = field(default_factory=list)
-    snoozed: list[Outcome] = field(default_factory=list)
+    done: list[Flight] = field(default_factory=list)
+    failed: list[Flight] = field(default_factory=list)
+    snoozed: list[Flight] = field(default_factory=list)
+    cancelled: list[Flight] = field(default_factory=list)
     failures: list[leases.Failure] = field(default_factory=list)
     rejected: set[int] = field(default_factory=set)
-    noted_upto: int = 0  # the finished area's end when they were taken
+
+    @classmethod
+    def of(cls, taken: Taken | None) -> Written:
+        written = cls()
+        for flight in taken.flights if taken else ():
+            result = flight.outcome.result  # type: ignore[union-attr]
+            kind = (
+                written.cancelled if result.cancelled else written.done if result.ok
+                else written.snoozed if result.snooze is not None else written.failed
+            )
+            kind.append(flight)
+        return written
 
     @property
-    def outcomes(self) -> list[Outcome]:
+    def fenced(self) -> list[Flight]:
+        """The outcomes whose write is refused by a stale lease (a cancel's is not: it
+        finds the job cancelled by an operator, usually)."""
         return self.done + self.failed + self.snoozed
 
 
-class Outcomes:
-    """The buffer of outcomes not yet written, and their writing. Both threads use it;
-    a write happens on the claim session, under its lock, so that the hand forgets a
-    job in the same locked section that recorded it."""
+class OutcomeWriter:
+    """Writes the outcomes buffered in the worker's jobs in flight, from either thread,
+    on the claim session."""
 
-    def __init__(self, hand: Hand, finished: FinishedArea, *, worker_id: str, lock_base: int) -> None:
-        self.hand = hand
-        self.finished = finished
+    def __init__(self, in_flight: InFlight, *, worker_id: str, lock_base: int) -> None:
+        self.in_flight = in_flight
         self.worker_id = worker_id
         self.lock_base = lock_base
-        self._lock = threading.Lock()
-        self._done: list[Outcome] = []
-        self._failed: list[Outcome] = []
-        self._snoozed: list[Outcome] = []
-        self._oldest: float | None = None
-        self._unnoted = False  # an outcome waits that only this process knows of
-
-    def add(self, outcome: Outcome) -> None:
-        result, claim = outcome.result, outcome.claim
-        with self._lock:
-            (self._done if result.ok else self._snoozed if result.snooze is not None else self._failed).append(outcome)
-            if self._oldest is None:
-                self._oldest = time.monotonic()
-            noted = result.ok and self.finished.note(claim.job_id, claim.lease, result.seconds, result.result_json)
-            self._unnoted = self._unnoted or not noted
-
-    def due(self) -> bool:
-        """Whether to write now: an outcome that a kill would lose waits (it is not in
-        the finished area), or the oldest has waited FLUSH_AFTER seconds."""
-        with self._lock:
-            return self._unnoted or (self._oldest is not None and time.monotonic() - self._oldest >= FLUSH_AFTER)
-
-    def _take(self) -> Written:
-        with self._lock:
-            taken = Written(self._done, self._failed, self._snoozed, noted_upto=self.finished.end())
-            self._done, self._failed, self._snoozed, self._oldest, self._unnoted = [], [], [], None, False
-            return taken
-
-    # -- writing --------------------------------------------------------------------
 
     def write(self, session: ClaimSession, also: Callable[[Connection], leases.Deferred[T]] | None = None) -> T | None:
-        """Write what waits and, in the same round trip (a pipeline), send ``also`` (the
-        next claim); returns its answer. Under the session's lock from the write to the
-        hand's update, so that the heartbeat never sees a recorded job as still held."""
+        """Take the outcomes buffered and write them, with ``also`` (the next claim) in the
+        same round trip (a pipeline); returns its answer. Under the session's lock from
+        the take to the end, so that the heartbeat never sees a written job as still in
+        flight. When the write raises, the outcomes go back to the buffer (the exception
+        goes on: the worker decides)."""
         with session.lock:
-            taken = self._take()
-            if also is None and not taken.outcomes:
+            taken = self.in_flight.take_outcomes()
+            if also is None and taken is None:
                 return None
+            written = Written.of(taken)
 
             def send(conn: Connection, retried: bool) -> T | None:
-                # The answers are read once the pipeline is closed: its Sync (the commit)
-                # goes out with the statements, one round trip; read inside, they would
-                # cost one of their own before it.
+                # The claims are read here, after any reconnect: as held now. The answers
+                # are read once the pipeline is closed: its Sync (the commit) goes out with
+                # the statements, one round trip; read inside, they would cost one of their
+                # own before it.
                 with conn.pipeline():
-                    sent_done = self._send_done(conn, taken.done)
-                    sent_failed = self._send_failed(conn, taken.failed)
-                    sent_snoozed = self._send_snoozed(conn, taken.snoozed)
+                    sent_done = self._send_done(conn, written.done)
+                    sent_failed = self._send_failed(conn, written.failed)
+                    sent_snoozed = self._send_snoozed(conn, written.snoozed)
+                    sent_cancelled = self._send_cancelled(conn, written.cancelled)
                     sent = also(conn) if also is not None else None
                 rejected = sent_done.result() if sent_done else set()
-                taken.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
+                written.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
                 rejected_snoozed = sent_snoozed.result() if sent_snoozed else set()
+                if sent_cancelled:
+                    sent_cancelled.result()  # the ids an operator's cancel changed first: nothing to do
                 answer = sent.result() if sent else None
-                taken.rejected = rejected | rejected_failed | rejected_snoozed
-                self._count_rejections(conn, taken, retried=retried)
+                written.rejected = rejected | rejected_failed | rejected_snoozed
+                self._count_rejections(conn, written, retried=retried)
                 return answer
 
-            answer = session.run(send)
-            self._written(taken)
+            try:
+                answer = session.run(send)
+            except BaseException:
+                if taken is not None:
+                    self.in_flight.returned(taken)
+                raise
+            if taken is not None:
+                self.in_flight.written(taken, written.rejected)
+                self._log(written)
             return answer
 
-    def _count_rejections(self, conn: Connection, taken: Written, *, retried: bool) -> None:
+    def _count_rejections(self, conn: Connection, written: Written, *, retried: bool) -> None:
         """On a retry after a broken connection, a rejected write our first try had in
         fact committed is not a rejection; count the rest."""
-        outcomes = taken.outcomes
-        if retried and taken.rejected:
-            ids = taken.rejected
-            taken.rejected -= leases.finished_under_lease(conn, [o.claim for o in outcomes if o.claim.job_id in ids])
-        if taken.rejected:
-            jobs = [(o.claim.job.queue, o.claim.job.type) for o in outcomes if o.claim.job_id in taken.rejected]
+        fenced = written.fenced
+        if retried and written.rejected:
+            ids = written.rejected
+            written.rejected -= leases.finished_under_lease(conn, [f.claim for f in fenced if f.job_id in ids])
+        if written.rejected:
+            jobs = [(f.claim.job.queue, f.claim.job.type) for f in fenced if f.job_id in written.rejected]
             leases.count_events(conn, leases.STALE_LEASE_COUNTER, jobs)
 
-    def _written(self, taken: Written) -> None:
-        """Let go of the written jobs (from the hand and the finished area) and log each
-        outcome."""
-        outcomes = taken.outcomes
-        with self._lock:
-            self.finished.written(taken.noted_upto)
-        self.hand.forget((o.claim.job_id for o in outcomes), recorded=len(outcomes) - len(taken.rejected))
-        fates = {f.job_id: f for f in taken.failures}
-        for o in outcomes:
-            job = o.claim.job
-            if job.id in taken.rejected:
+    def _log(self, written: Written) -> None:
+        """One line per outcome written (successes at DEBUG: per job on the hot path)."""
+        for f in written.cancelled:
+            log.info("job.cancelled id=%s type=%s worker=%s", f.job_id, f.claim.job.type, self.worker_id)
+        fates = {fate.job_id: fate for fate in written.failures}
+        for f in written.fenced:
+            job, o = f.claim.job, f.outcome
+            assert o is not None
+            if job.id in written.rejected:
                 log.warning(
                     "job.stale_lease_rejected id=%s type=%s queue=%s attempt=%s worker=%s lease=%s",
-                    job.id, job.type, job.queue, job.attempt, self.worker_id, o.claim.lease,
+                    job.id, job.type, job.queue, job.attempt, self.worker_id, f.claim.lease,
                 )
                 continue
             fate = fates.get(job.id)
@@ -184,34 +194,43 @@ class Outcomes:
                     job.id, job.type, job.queue, job.attempt, self.worker_id, o.result.error_kind,
                 )
 
-    def _send_done(self, conn: Connection, done: list[Outcome]) -> leases.Deferred[set[int]] | None:
+    def _send_done(self, conn: Connection, done: list[Flight]) -> leases.Deferred[set[int]] | None:
         if not done:
             return None
         return leases.complete(
             conn,
-            [self.hand.presented(o.claim) for o in done],
-            [o.result.result_json for o in done],  # type: ignore[misc]
-            [o.result.seconds for o in done],
+            [f.claim for f in done],
+            [f.outcome.result.result_json for f in done],  # type: ignore[union-attr,misc]
+            [f.outcome.result.seconds for f in done],  # type: ignore[union-attr]
             lock_base=self.lock_base,
         )
 
-    def _send_snoozed(self, conn: Connection, snoozed: list[Outcome]) -> leases.Deferred[set[int]] | None:
+    def _send_snoozed(self, conn: Connection, snoozed: list[Flight]) -> leases.Deferred[set[int]] | None:
         if not snoozed:
             return None
-        claimed = [self.hand.presented(o.claim) for o in snoozed]
-        return leases.snooze(conn, claimed, [o.delay for o in snoozed], lock_base=self.lock_base)
+        delays = [f.outcome.delay for f in snoozed]  # type: ignore[union-attr]
+        return leases.snooze(conn, [f.claim for f in snoozed], delays, lock_base=self.lock_base)
+
+    def _send_cancelled(self, conn: Connection, cancelled: list[Flight]) -> leases.Deferred[set[int]] | None:
+        """Runs that ended cancelled: the jobs are cancelled (by this worker, unless an
+        operator's cancel already made them so) and their locks released."""
+        if not cancelled:
+            return None
+        by = f"worker:{self.worker_id}"
+        return leases.cancel(conn, [f.claim for f in cancelled], actor=by, lock_base=self.lock_base)
 
     def _send_failed(
-        self, conn: Connection, failed: list[Outcome]
+        self, conn: Connection, failed: list[Flight]
     ) -> leases.Deferred[tuple[list[leases.Failure], set[int]]] | None:
         if not failed:
             return None
+        outcomes = [f.outcome for f in failed]
         return leases.fail(
             conn,
-            [self.hand.presented(o.claim) for o in failed],
-            [o.result.error for o in failed],  # type: ignore[misc]
-            [o.delay for o in failed],
-            [o.result.seconds for o in failed],
-            max_retries=[o.max_retries for o in failed],
+            [f.claim for f in failed],
+            [o.result.error for o in outcomes],  # type: ignore[union-attr,misc]
+            [o.delay for o in outcomes],  # type: ignore[union-attr]
+            [o.result.seconds for o in outcomes],  # type: ignore[union-attr]
+            max_retries=[o.max_retries for o in outcomes],  # type: ignore[union-attr]
             lock_base=self.lock_base,
         )

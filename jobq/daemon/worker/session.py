@@ -4,9 +4,10 @@ their outcomes and heartbeats, and holds their advisory locks.
 The worker's main thread and its heartbeat thread share it through :meth:`run`,
 which serialises them. When the connection breaks (a database restart, a
 terminated backend) the locks are gone with it: :meth:`run` reconnects with
-backoff, takes again the lock of every job in the worker's hand and checks its
-lease, then calls again, telling the call that it is a retry, until it goes through
-or the worker stops.
+backoff, takes again the lock of every job in flight (it asks the worker's
+:class:`~jobq.daemon.worker.flight.InFlight`, and tells it what the re-lock found)
+and checks its lease, then calls again, telling the call that it is a retry, until
+it goes through or the worker stops.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.jobs import leases
 from jobq.store import connections
 from jobq.jobs.leases import Claim
-from jobq.daemon.worker.hand import Hand
+from jobq.daemon.worker.flight import InFlight
 from jobq.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -50,15 +51,17 @@ def _ids(job_ids: Iterable[int]) -> str:
 
 
 class ClaimSession:
-    def __init__(self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event, hand: Hand) -> None:
+    def __init__(
+        self, url: str, *, worker_id: str, lock_base: int, stopping: threading.Event, in_flight: InFlight
+    ) -> None:
         self.url = url
         self.worker_id = worker_id
         self.lock_base = lock_base
         self.stopping = stopping
-        self.hand = hand  # the jobs whose locks this session holds
+        self.in_flight = in_flight  # the jobs whose locks this session holds
         self.conn: psycopg.Connection | None = None
-        # Serialises the two threads' calls; held by a caller from a write to the
-        # hand's update, so that the heartbeat never sees a recorded job as still held.
+        # Serialises the two threads' calls; held by a writer of outcomes from their take
+        # to their end, so that the heartbeat never sees a written job as still in flight.
         self.lock = threading.RLock()
 
     def connect(self) -> None:
@@ -125,9 +128,9 @@ class ClaimSession:
             self.conn.close()
         self.connect()
         assert self.conn is not None
-        held = self.hand.held()
+        held = self.in_flight.held()
         found = leases.relock(self.conn, held, lock_base=self.lock_base) if held else leases.Relocked(set(), set())
-        self.hand.relocked(found.lost, found.taken_back)
+        self.in_flight.relocked(found.lost, found.taken_back)
         orphans = leases.release_orphans(self.conn, self.worker_id, [claim.job_id for claim in held])
         log.info(
             "worker.reconnected worker=%s relocked=%s lost=%s taken_back=%s orphans_released=%s",
@@ -139,21 +142,13 @@ class ClaimSession:
         )
 
     def give_back(self, jobs: list[Claim]) -> None:
-        """Return held jobs that will not run here to pending, no attempt counted, and
-        release their locks (a job cancelled meanwhile stays cancelled: its lease changed)."""
+        """Return jobs given back (no longer in flight: :class:`InFlight` let them go) to
+        pending, no attempt counted, and release their locks (a job cancelled meanwhile
+        stays cancelled: its lease changed)."""
         if not jobs:
             return
-        with self.lock:
-            given = self.hand.forget(claim.job_id for claim in jobs)
-        self.run(lambda conn, _: leases.release(conn, given, lock_base=self.lock_base).result())
-        log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in given))
-
-    def record_cancelled(self, job: Claim, *, by: str) -> None:
-        """The job's handler ended cancelled: the job is cancelled (``by`` this worker,
-        unless an operator's cancel already made it so) and its lock released."""
-        with self.lock:
-            given = self.hand.forget([job.job_id])
-        self.run(lambda conn, _: leases.cancel(conn, given, actor=by, lock_base=self.lock_base).result())
+        self.run(lambda conn, _: leases.release(conn, jobs, lock_base=self.lock_base).result())
+        log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in jobs))
 
     def close(self) -> None:
         with self.lock:
