@@ -8,8 +8,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobq import queries
-from api_support import assert_error, job_rows
-from support import claim, complete, drain, settle
+from support.api import assert_error, job_rows
+from support.claims import claim, complete, drain, settle
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 

@@ -23,7 +23,7 @@ from flask import Flask
 from psycopg.conninfo import make_conninfo
 
 import jobq
-from api_support import assert_error, job_rows
+from support.api import assert_error, job_rows
 from jobq.errors import ConfigError
 from jobq.settings import Settings
 from web.app import create_app

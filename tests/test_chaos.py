@@ -19,10 +19,10 @@ import psycopg
 import pytest
 
 import jobq
-from conftest import migrated_instance
-from daemon import alive, scalar, wait_for, worker_pids, worker_pids_of_session
+from support.daemon import alive, worker_pids, worker_pids_of_session
+from support.db import advisory_locks, migrated_instance, scalar
+from support.waiting import wait_for
 from jobq.store import locks
-from support import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.chaos]
 
@@ -41,7 +41,7 @@ def durable_postgres(tmp_path):
 def ledger_jobs(url: str, n: int, seconds: float) -> list[jobq.Job]:
     """On another database than the ``ledger`` fixture's: its ledger table, and ``n``
     ledger_sleep jobs of ``seconds``."""
-    from handlers_for_tests import LEDGER_CREATE
+    from support.handlers import LEDGER_CREATE
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(LEDGER_CREATE)

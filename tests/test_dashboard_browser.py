@@ -20,15 +20,16 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 import jobq
-from browser import PHONE, Browser, screenshot_dir
-from daemon import scalar, wait_for
-from schedules_for_tests import VARIABLE as SCHEDULES_VARIABLE, entry
-from web_server import WebServer
+from support.browser import Browser, PHONE, screenshot_dir
+from support.db import scalar
+from support.schedules import VARIABLE as SCHEDULES_VARIABLE, entry
+from support.waiting import wait_for
+from support.web_server import WebServer
 
 pytestmark = [pytest.mark.dashboard, pytest.mark.db]
 
 TOKEN = "dashboard-test-token-0123456789"
-HANDLERS = "handlers_for_tests,schedules_for_tests"
+HANDLERS = "support.handlers,support.schedules"
 PAGES = {
     "overview": "/dashboard",
     "jobs": "/dashboard/jobs",

@@ -15,7 +15,9 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for, worker_pids_of_session
+from support.daemon import worker_pids_of_session
+from support.db import scalar
+from support.waiting import wait_for
 from jobq import queries
 from jobq.store import locks
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
@@ -23,7 +25,7 @@ from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.scale]
 
 HOSTS = ("host-a", "host-b", "host-c")
-REAPER_INTERVAL = 0.3  # tests/daemon.py's FAST timings
+REAPER_INTERVAL = 0.3  # tests/support/daemon.py's FAST timings
 STALE_THRESHOLD = 1.5
 # jobq's sessions, named "jobq <role> <host>:<pid>[:<token>]": worker (claims), listener,
 # maintenance, control.

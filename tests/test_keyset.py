@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 
 import jobq
-from api_support import assert_error
+from support.api import assert_error
 from jobq import queries
 from jobq.jobs import cursors
 from jobq.errors import InvalidArgument

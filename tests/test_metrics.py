@@ -13,7 +13,7 @@ from jobq.daemon.maintenance import reaper
 from jobq.daemon import messages
 from jobq.store.retention import prune
 from jobq.settings import Settings
-from support import LOCK_BASE, claim, complete, fail
+from support.claims import LOCK_BASE, claim, complete, fail
 
 pytestmark = pytest.mark.db
 

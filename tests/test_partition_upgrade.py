@@ -15,7 +15,7 @@ from jobq import queries
 from jobq.errors import ConversionNeeded
 from jobq.store.migrate import check_schema, migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
-from support import run_cli
+from support.cli import run_cli
 
 pytestmark = [pytest.mark.db, pytest.mark.scale]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.waiting import wait_for
 from jobq import queries
 from jobq.store import partitions
 

@@ -12,8 +12,9 @@ from jobq.daemon.maintenance import reaper
 from jobq.daemon import messages
 from jobq.daemon.boards.finished import Finished
 from jobq.settings import Settings
-from daemon import wait_for
-from support import LOCK_BASE, advisory_locks, claim
+from support.claims import LOCK_BASE, claim
+from support.db import advisory_locks
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.reaper]
 

@@ -8,7 +8,8 @@ import jobq
 from jobq.jobs import leases
 from jobq.handlers.backoff import retry_delay
 from jobq.handlers.registry import register
-from support import LOCK_BASE, advisory_locks, claim, drain, fail
+from support.claims import LOCK_BASE, claim, drain, fail
+from support.db import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.retry]
 

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from api_support import assert_error
-from daemon import wait_for
+from support.api import assert_error
+from support.waiting import wait_for
 from jobq.observe import rollup
 from jobq.errors import ConfigError, InvalidArgument
 from jobq.settings import Settings

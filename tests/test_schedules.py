@@ -16,7 +16,7 @@ from jobq.schedules.cron import Cron
 from jobq.daemon import presence
 from jobq.schedules.declarations import Periodic, _build
 from jobq.settings import DEFAULT_STALE_THRESHOLD
-from support import claim, complete
+from support.claims import claim, complete
 
 pytestmark = [pytest.mark.db, pytest.mark.schedules]
 
@@ -275,7 +275,7 @@ def test_an_unknown_schedule_is_not_found(sched, action):
 
 
 def test_the_command_line_operates_schedules_and_names_an_unknown_one(sched, database_url):
-    from support import run_cli
+    from support.cli import run_cli
 
     declare(sched, spec("nightly"))
     assert "nightly" in run_cli("schedules", "list", DATABASE_URL=database_url).stdout

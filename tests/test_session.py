@@ -8,12 +8,13 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for
+from support.claims import LOCK_BASE
+from support.db import advisory_locks, scalar
+from support.waiting import wait_for
 from jobq import queries
 from jobq.jobs import leases
 from jobq.daemon.worker.hand import Hand
 from jobq.daemon.worker.session import ClaimSession
-from support import LOCK_BASE, advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
 

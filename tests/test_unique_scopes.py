@@ -14,15 +14,16 @@ import psycopg
 import pytest
 
 import jobq
-from api_support import assert_error
-from daemon import wait_for
+from support.api import assert_error
+from support.claims import LOCK_BASE, claim
+from support.db import advisory_locks
+from support.waiting import wait_for
+from support.web_server import WebServer
 from jobq.jobs import leases
 from jobq.daemon.maintenance import reaper
 from jobq.daemon.worker.hand import Hand
 from jobq.daemon.worker.session import ClaimSession
 from jobq.settings import Settings
-from support import LOCK_BASE, advisory_locks, claim
-from web_server import WebServer
 
 pytestmark = [pytest.mark.db, pytest.mark.schedules]
 

@@ -7,7 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import jobq
-from daemon import scalar, wait_for, worker_pids
+from support.daemon import worker_pids
+from support.db import scalar
+from support.waiting import wait_for
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.listener import Everyone, Listener
 

@@ -1,4 +1,5 @@
-"""Periodic schedules for the daemon tests, loaded by workers through JOBQ_HANDLERS.
+"""Periodic schedules for the daemon tests, loaded by workers through JOBQ_HANDLERS
+(``support.handlers,support.schedules``).
 
 Which schedules a worker's code declares is read from JOBQ_TEST_SCHEDULES:
 ``name|cron|type|catch_up|overlap|payload JSON|tz`` entries separated by ``;``, so that a
