@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobq import queries
 from support.api import assert_error, job_rows
 from support.claims import claim, complete, drain, settle
+from support.rows import STATUSES
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 
@@ -21,7 +22,6 @@ JOB_FIELDS = SEED_FIELDS | {
     "queue", "started_at", "errors", "idempotency_key", "tags", "progress", "cancelled_by", "retried_as",
     "schedule", "scheduled_for", "snoozes", "unique_while",
 }
-STATUSES = ["pending", "claimed", "running", "done", "failed", "dead", "cancelled"]
 SEED_METRICS = {
     "queue_depth", "active_workers", "jobs_per_second", "error_rate", "avg_execution_seconds", "total_jobs",
     "dead_letter_count",

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from support.api import assert_error
+from support.rows import insert_jobs
 from support.waiting import wait_for
 from jobq.observe import rollup
 from jobq.errors import ConfigError, InvalidArgument
@@ -43,11 +44,8 @@ def finish(conn, status: str, minute: datetime, at: float, *, run: float = 1.0, 
     run ``run`` seconds after waiting ``wait`` seconds past their run_at."""
     completed = minute + timedelta(seconds=at)
     started = completed - timedelta(seconds=run)
-    conn.execute(
-        "INSERT INTO jobs (type, queue, status, run_at, started_at, completed_at) "
-        "SELECT 'noop', %s, %s, %s, %s, %s FROM generate_series(1, %s)",
-        (queue, status, started - timedelta(seconds=wait), started, completed, n),
-    )
+    insert_jobs(conn, n, status, type="noop", queue=queue, run_at=started - timedelta(seconds=wait), started_at=started,
+                completed_at=completed)
 
 
 def sample(conn, at: datetime, **failed_runs: int) -> None:
@@ -103,7 +101,7 @@ def test_a_minute_is_rolled_up_from_its_finished_jobs_its_samples_and_the_depth(
     finish(conn, "cancelled", minute, 30, queue="b")
     finish(conn, "done", minute - MINUTE, 59.99)  # the minutes around it are not this one
     finish(conn, "done", minute + MINUTE, 0)
-    conn.execute("INSERT INTO jobs (type, queue) SELECT 'noop', 'a' FROM generate_series(1, 2)")  # pending
+    insert_jobs(conn, 2, type="noop", queue="a")  # pending
     sample(conn, minute - timedelta(seconds=3), a=5)
     sample(conn, minute + timedelta(seconds=27), a=6, b=1)
     sample(conn, minute + timedelta(seconds=57), a=8, b=2)  # the minute's newest sample counts
@@ -161,7 +159,7 @@ def test_missed_minutes_are_caught_up_a_pass_at_a_time_and_not_beyond_a_day(conn
     last = floor(now) - 41 * MINUTE  # 40 whole minutes missed, then the one running now
     marker(conn, last)
     finish(conn, "done", last + 20 * MINUTE, 5, n=7)
-    conn.execute("INSERT INTO jobs (type, queue) VALUES ('noop', 'a')")
+    insert_jobs(conn, type="noop", queue="a")
     written = 0
     while (n := rollup.take(conn, now=now)) > 0:
         assert n <= rollup.MINUTES_PER_PASS * 2  # a and all, per minute
@@ -194,7 +192,7 @@ def test_series_has_a_point_per_minute_gaps_filled_for_all_queues_or_one(conn):
     finish(conn, "done", last - 5 * MINUTE, 1, run=2.0, n=4)
     finish(conn, "done", last - 5 * MINUTE, 2, run=4.0, queue="b")
     finish(conn, "done", last, 30, n=2, queue="b")
-    conn.execute("INSERT INTO jobs (type, queue) VALUES ('noop', 'b')")
+    insert_jobs(conn, type="noop", queue="b")
     marker(conn, last - 7 * MINUTE)
     rollup.take(conn, now=last + MINUTE + timedelta(seconds=6))
     points = rollup.series("15m", conn=conn)

@@ -34,7 +34,7 @@ BY_STATUS = {
 }
 JSON_COLUMNS = {"payload", "result", "errors", "progress"}
 
-INSERT = "INSERT INTO jobs ({columns}) SELECT {values} FROM (SELECT i, {status} AS status FROM generate_series(1, {n}) AS i) AS r ORDER BY i RETURNING id"
+INSERT = "INSERT INTO jobs ({columns}) SELECT {values} FROM (SELECT i, {status} AS status FROM generate_series(1, {n}) AS i) AS r RETURNING id"
 LETTERS = (
     "INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
     "worker_id) SELECT id, type, queue, payload, priority, max_retries, error, attempt + 1, errors, worker_id "
@@ -61,7 +61,7 @@ def _value(column: str, value: Any) -> sql.Composable:
 
 def insert_jobs(conn: psycopg.Connection, n: int = 1, status: str | sql.Composable = "pending", **columns: Any) -> list[int]:
     """``n`` jobs in ``status`` (a status, or :func:`per_row` SQL), in one INSERT, with
-    ``columns`` as given and the others as ``BY_STATUS`` or the table's defaults; their ids."""
+    ``columns`` as given and the others as ``BY_STATUS`` or the table's defaults; their ids, in order."""
     values = {name: sql.SQL(default) for name, default in BY_STATUS.items()}
     values |= {name: _value(name, value) for name, value in columns.items()}
     values["status"] = sql.Identifier("status")
@@ -71,7 +71,7 @@ def insert_jobs(conn: psycopg.Connection, n: int = 1, status: str | sql.Composab
         status=_value("status", status),
         n=sql.Literal(n),
     )
-    return [job_id for (job_id,) in conn.execute(statement)]
+    return sorted(job_id for (job_id,) in conn.execute(statement))
 
 
 def seed(conn: psycopg.Connection, n: int, status: str, *, type: str = "seeded", queue: str = "default",
