@@ -92,7 +92,8 @@ def wait_for_session(conn: psycopg.Connection, condition: str) -> int:
     deadline = time.monotonic() + SEEN
     while True:
         row = conn.execute(
-            f"SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-web' AND {condition}"  # noqa: S608
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-web' AND datname = current_database() "
+            f"AND {condition}"  # noqa: S608
         ).fetchone()
         if row is not None:
             return row[0]

@@ -221,7 +221,8 @@ def test_every_jobq_backend_terminated_mid_drain(ledger, daemon):
     d = daemon(2)
     for round_ in (1, 2, 3):
         wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 300 * round_, 60, "jobs flowing")
-        ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'")
+        ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%' "
+                       "AND datname = current_database()")
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
     tally(ledger, "every jobq backend terminated, 3 times", jobs, [d])
 

@@ -204,4 +204,7 @@ def test_a_job_finished_between_the_reapers_lock_and_its_write_is_not_counted_as
 
 
 def conn_waiting_on_a_lock(observer) -> bool:
-    return bool(observer.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0])
+    return bool(observer.execute(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted "
+        "AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())"
+    ).fetchone()[0])

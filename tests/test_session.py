@@ -19,7 +19,7 @@ from jobq.daemon.worker.session import ClaimSession
 pytestmark = [pytest.mark.db, pytest.mark.once]
 
 WORKER = "host:1:session"
-BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq worker ' || %s"
+BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq worker ' || %s AND datname = current_database()"
 
 
 @pytest.fixture
@@ -64,7 +64,8 @@ def ping(conn, _retried) -> str:
 
 
 def waiting_on_a_row_lock(conn) -> bool:
-    return bool(scalar(conn, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid')"))
+    return bool(scalar(conn, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid') "
+                             "AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())"))
 
 
 def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending_again(session, conn, database_url):

@@ -286,7 +286,8 @@ def test_a_key_taken_by_an_insert_still_uncommitted_when_the_retry_is_written(le
         writer.start()
         wait_for(lambda: ledger.execute(
             "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'jobq worker test:1:race%%' "
-            "AND wait_event_type = 'Lock'").fetchone(), 10, "the write waiting for the uncommitted insert")
+            "AND wait_event_type = 'Lock' AND datname = current_database()").fetchone(), 10,
+            "the write waiting for the uncommitted insert")
         app.commit()
     writer.join(10)
     assert not writer.is_alive()

@@ -69,7 +69,8 @@ def test_a_notification_left_to_a_lower_worker_that_sleeps_on_is_taken_over(conn
 def test_a_listener_whose_connection_breaks_stops_counting_as_idle_at_once_and_listens_again(conn, listener):
     board = IdleBoard(1)
     board.mark(0, True)
-    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobq listener test_wake'")
+    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobq listener test_wake' "
+                 "AND datname = current_database()")
     started = time.monotonic()
     listener.wait(10, waking=board.seat(0))
     # Told at once (a worker that NOTIFY cannot reach must not stay counted as idle),
