@@ -24,7 +24,8 @@ from jobq.store import statistics
 from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
-pytestmark = [pytest.mark.db, pytest.mark.once]
+# On one xdist worker (make test's --dist loadgroup): its churned table is made once.
+pytestmark = [pytest.mark.db, pytest.mark.once, pytest.mark.xdist_group("plans")]
 
 INDEX_SCAN = re.compile(r"(?:Index Scan|Index Only Scan) using (\w+)|Bitmap Index Scan on (\w+)")
 
