@@ -28,14 +28,16 @@ run: $(BIN)/python
 # PostgreSQL databases (on JOBQ_TEST_DATABASE_URL's server, or a Docker container or an
 # embedded pgserver of each test process's own). pytest runs as a console script, so the
 # checkout is not on sys.path: the tests import the installed package, with the migrations
-# it ships. --dist loadgroup keeps each module marked xdist_group on one process (their
-# module-wide Gunicorn, Chromium or instance start once).
+# it ships. --dist load hands the tests out by index to whichever process is free: the
+# schedulers that group tests (loadscope, loadfile, loadgroup) key them by node id and
+# silently run one of the schemathesis cases that share one (and on pytest 9.2 loadgroup
+# no longer groups: pytest-xdist issue 1386).
 test: $(BIN)/python
 	rm -rf build  # setuptools keeps modules moved or deleted since the last build there
 	@case "$(PYTEST_ARGS)" in *"not dashboard"*) ;; *-m*dashboard*) $(MAKE) --no-print-directory browser ;; \
 	  *-m*) ;; *) $(MAKE) --no-print-directory browser ;; esac
 	$(BIN)/python -m pip install --quiet '.[test]'
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load $(PYTEST_ARGS)
 
 # The dashboard's browser tests drive Debian's chromium through chromedriver (never a
 # browser downloaded at test time). Installed with apt-get when missing and run as root;

@@ -10,8 +10,7 @@ import pytest
 from support.api import assert_error, job_rows
 from support.web_server import WebServer
 
-# On one xdist worker (make test's --dist loadgroup): its Gunicorn starts once.
-pytestmark = [pytest.mark.api, pytest.mark.db, pytest.mark.xdist_group("api_gunicorn")]
+pytestmark = [pytest.mark.api, pytest.mark.db]
 
 TOKEN = "tok-7f3a-secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -41,7 +41,6 @@ from web.pool import web_pool
 pytestmark = [
     pytest.mark.db,
     pytest.mark.chaos,
-    pytest.mark.xdist_group("chaos_network"),  # on one xdist worker (--dist loadgroup): its instance starts once
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the blackhole is a Linux socket filter"),
 ]
 

@@ -27,8 +27,7 @@ from support.schedules import VARIABLE as SCHEDULES_VARIABLE, entry
 from support.waiting import wait_for
 from support.web_server import WebServer
 
-# On one xdist worker (make test's --dist loadgroup): its Chromium and Gunicorns start once.
-pytestmark = [pytest.mark.dashboard, pytest.mark.db, pytest.mark.xdist_group("dashboard_browser")]
+pytestmark = [pytest.mark.dashboard, pytest.mark.db]
 
 TOKEN = "dashboard-test-token-0123456789"
 HANDLERS = "support.handlers,support.schedules"

@@ -24,8 +24,7 @@ from jobq.store import statistics
 from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
-# On one xdist worker (make test's --dist loadgroup): its churned table is made once.
-pytestmark = [pytest.mark.db, pytest.mark.once, pytest.mark.xdist_group("plans")]
+pytestmark = [pytest.mark.db, pytest.mark.once]
 
 INDEX_SCAN = re.compile(r"(?:Index Scan|Index Only Scan) using (\w+)|Bitmap Index Scan on (\w+)")
 
