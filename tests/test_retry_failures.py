@@ -1,3 +1,7 @@
+"""What a failed run leaves, through the leases as a worker writes it: the next attempt
+after its delay, dead after max_retries + 1 runs, the dead letter copied with the
+status change and only once; a handler's max_retries over the job's."""
+
 import threading
 from datetime import timedelta
 
