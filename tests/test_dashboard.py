@@ -180,7 +180,7 @@ def test_charts_break_their_lines_where_minutes_have_no_data():
 
 
 def test_a_schedule_is_run_paused_and_resumed_from_its_page(make_app, conn):
-    from test_schedules import declare, spec
+    from support.schedules import declare, spec
 
     declare(conn, spec("nightly"))
     client = make_app().test_client()
