@@ -1,82 +1,70 @@
-"""The throwaway PostgreSQL every queue test runs against, and per-test clean tables.
+"""The fixtures every test module may use: a database of the test process's own with
+clean tables per test, real daemons, apps over that database, instances of a test's own.
 
-Where the database comes from, in order:
-1. ``JOBQ_TEST_DATABASE_URL`` when set (its tables are truncated: use a throwaway one);
-2. a testcontainers ``postgres:16`` container, when a Docker engine answers;
-3. an embedded PostgreSQL 16 from the ``pgserver`` wheel, in a temporary directory.
+The suite runs in parallel (pytest-xdist, ``make test``); each test process (xdist
+worker) has its own PostgreSQL database, cloned from a migrated template, on a server of
+its own (embedded, or a container) or on the server ``JOBQ_TEST_DATABASE_URL`` gives:
+see support/db.py. Helpers that are not fixtures live in tests/support/.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
-from datetime import datetime, timedelta, timezone
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo, sql
+from flask import Flask
+from flask.testing import FlaskClient
+from psycopg import sql
 
+from jobq.settings import Settings
 from jobq.store import connections
 from jobq.store.embedded import EmbeddedPostgres
-from jobq.store.migrate import migrate
-from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+from support import db
+from support.daemon import Daemon
+from web.app import create_app
+from web.context import api
 
-pytest_plugins = ["api_support"]  # the API tests' fixtures
-
-# Speed over durability for a database that is thrown away after the run.
-TEST_SERVER_SETTINGS = {
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-    "max_connections": "200",
-}
-# TRUNCATE fires no DELETE trigger: the dead-letter groups, kept by triggers, go with
-# their letters.
-TABLES = (
-    "jobs", "dead_letter_jobs", "job_counters", "job_counter_samples", "workers", "jobq_queues",
-    "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules", "jobq_minutes", "job_idempotency_keys",
-)
-TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
+RUN = pytest.StashKey[str]()  # this run's id, in the names of its databases
+WORKER_INPUT = "jobq_test_run"
 
 
-def docker_answers() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-        return True
-    except Exception:  # no engine, no permission, no SDK: use the embedded server
-        return False
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    config.stash[RUN] = workerinput[WORKER_INPUT] if workerinput else uuid.uuid4().hex[:8]
 
 
-@contextlib.contextmanager
-def throwaway_database(base_dir: Path) -> Iterator[str]:
-    url = os.environ.get("JOBQ_TEST_DATABASE_URL")
-    if url:
-        yield url
-    elif docker_answers():
-        from testcontainers.postgres import PostgresContainer
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(xdist, in the controller) Each worker gets the run's id."""
+    node.workerinput[WORKER_INPUT] = node.config.stash[RUN]
 
-        with PostgresContainer("postgres:16", driver=None) as container:
-            yield container.get_connection_url()
-    else:
-        server = EmbeddedPostgres(base_dir, settings=TEST_SERVER_SETTINGS)
-        server.start()
-        try:
-            yield server.url()
-        finally:
-            server.delete()
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In the controller (or the one process with ``-n 0``), once every worker is done:
+    what the run left on a given server goes (its own servers went with their workers)."""
+    url = os.environ.get(db.URL_VARIABLE)
+    if url and not hasattr(session.config, "workerinput"):
+        db.drop_run_databases(url, session.config.stash[RUN])
 
 
 @pytest.fixture(scope="session")
-def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A migrated, throwaway database for the whole run."""
-    with throwaway_database(tmp_path_factory.mktemp("pg")) as url:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The maintenance database of this test process's server (see support/db.py)."""
+    with db.throwaway_server(tmp_path_factory.mktemp("pg")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """This test process's migrated database, for the whole run."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with db.own_database(server_url, request.config.stash[RUN], worker) as url:
         yield url
         connections.close_default_pool()
 
@@ -87,9 +75,8 @@ def empty_database(database_url: str) -> Iterator[str]:
     name = f"jobq_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database_url, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield conninfo.make_conninfo(database_url, dbname=name)
-    with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    yield db.on(database_url, name)
+    db.drop(database_url, name)
 
 
 @pytest.fixture
@@ -97,7 +84,7 @@ def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg
     """An autocommit connection to empty tables; DATABASE_URL points at the same database."""
     monkeypatch.setenv("DATABASE_URL", database_url)
     with psycopg.connect(database_url, autocommit=True) as connection:
-        connection.execute(TRUNCATE)
+        connection.execute(db.TRUNCATE)
         yield connection
     connections.close_default_pool()
 
@@ -107,20 +94,20 @@ def no_partitions(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """``conn``, with no range partition of finished jobs (every finished job lands in
     jobs_finished_default) before the test and none left after it: the tests that make
     partitions of their own, or that need jobs finished long ago to be in the default
-    partition (a daemon's leader makes the day's partitions in this shared database)."""
+    partition (a daemon's leader makes the day's partitions in the test database)."""
     from jobq.store import partitions
 
     far = datetime.now(timezone.utc) + timedelta(days=3650)
     partitions.drop_before(conn, far)
     yield conn
-    conn.execute(TRUNCATE)
+    conn.execute(db.TRUNCATE)
     partitions.drop_before(conn, far)
 
 
 @pytest.fixture
 def ledger(conn: psycopg.Connection) -> psycopg.Connection:
-    """An empty test_ledger table (see handlers_for_tests)."""
-    from handlers_for_tests import LEDGER_CREATE
+    """An empty test_ledger table (see support/handlers.py)."""
+    from support.handlers import LEDGER_CREATE
 
     conn.execute(LEDGER_CREATE)
     conn.execute("TRUNCATE test_ledger")
@@ -128,11 +115,16 @@ def ledger(conn: psycopg.Connection) -> psycopg.Connection:
 
 
 @pytest.fixture
+def control(conn: psycopg.Connection) -> psycopg.Connection:
+    """``conn``: the operator actions' tests' name for it (the operations, the audit trail
+    and the dead-letter groups are among the tables it empties)."""
+    return conn
+
+
+@pytest.fixture
 def daemon(database_url: str, tmp_path: Path, conn: psycopg.Connection) -> Iterator:
     """Start real `jobq worker` processes: ``daemon(concurrency=2, url=None, **env)``.
     Every one is stopped (and its process group killed) after the test."""
-    from daemon import Daemon
-
     started: list[Daemon] = []
 
     def start(concurrency: int = 2, *args: str, url: str | None = None, **env: str) -> Daemon:
@@ -145,22 +137,31 @@ def daemon(database_url: str, tmp_path: Path, conn: psycopg.Connection) -> Itera
         process.stop()
 
 
-@contextlib.contextmanager
-def migrated_instance(data_dir: Path, port: int | None = None, **settings: str) -> Iterator[EmbeddedPostgres]:
-    """An embedded PostgreSQL of the caller's own, migrated, with TEST_SERVER_SETTINGS
-    changed by ``settings`` (and on 127.0.0.1:``port`` too, if given); deleted at the end."""
-    server = EmbeddedPostgres(data_dir, port=port, settings={**TEST_SERVER_SETTINGS, **settings})
-    server.start()
-    with psycopg.connect(server.url(), autocommit=True) as conn:
-        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-    try:
-        yield server
-    finally:
-        server.delete()
-
-
 @pytest.fixture
 def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
     """A PostgreSQL instance of the test's own (migrated), which the test may stop and start."""
-    with migrated_instance(tmp_path / "own-pg") as server:
+    with db.migrated_instance(tmp_path / "own-pg") as server:
         yield server
+
+
+@pytest.fixture
+def make_app(conn: psycopg.Connection, database_url: str) -> Iterator:
+    """Build apps over the (emptied) test database; settings from keyword arguments
+    only, never from the environment. Their pools are closed after the test."""
+    apps: list[Flask] = []
+
+    def make(**settings: Any) -> Flask:
+        app = create_app(Settings.from_env({}, **{"database_url": database_url, **settings}))
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        with app.app_context():
+            api().database.close()
+
+
+@pytest.fixture
+def client(make_app: Any) -> FlaskClient:
+    """A test client of an app with default settings (no token, no admission limit)."""
+    return make_app().test_client()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 import jobq
-from api_support import assert_error
-from control_support import audit_actions, control, seed, seed_dead  # noqa: F401
+from support.api import assert_error
+from support.cli import run_cli
+from support.rows import audit_actions, seed, seed_dead
 from jobq.errors import AlreadyRetried, JobNotFound, JobNotRetryable, JobNotScheduled
-from support import run_cli
 
 pytestmark = [pytest.mark.control, pytest.mark.db]
 

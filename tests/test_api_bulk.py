@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from api_support import assert_error
-from control_support import audit_actions, control, seed, seed_dead  # noqa: F401
+from support.api import assert_error
+from support.rows import audit_actions, seed, seed_dead
 
 pytestmark = [pytest.mark.control, pytest.mark.api, pytest.mark.db]
 

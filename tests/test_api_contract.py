@@ -7,9 +7,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from support.api import assert_error, job_rows
+from support.claims import claim, complete, drain, settle
+from support.rows import STATUSES
 from jobq.store.sql.workers import WORKER_REGISTER
-from api_support import assert_error, job_rows
-from support import claim, complete, drain, settle
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 
@@ -21,7 +22,6 @@ JOB_FIELDS = SEED_FIELDS | {
     "queue", "started_at", "errors", "idempotency_key", "tags", "progress", "cancelled_by", "retried_as",
     "schedule", "scheduled_for", "snoozes", "unique_while",
 }
-STATUSES = ["pending", "claimed", "running", "done", "failed", "dead", "cancelled"]
 SEED_METRICS = {
     "queue_depth", "active_workers", "jobs_per_second", "error_rate", "avg_execution_seconds", "total_jobs",
     "dead_letter_count",

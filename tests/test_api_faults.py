@@ -23,7 +23,7 @@ from flask import Flask
 from psycopg.conninfo import make_conninfo
 
 import jobq
-from api_support import assert_error, job_rows
+from support.api import assert_error, job_rows
 from jobq.errors import ConfigError
 from jobq.settings import Settings
 from web.app import create_app
@@ -92,7 +92,8 @@ def wait_for_session(conn: psycopg.Connection, condition: str) -> int:
     deadline = time.monotonic() + SEEN
     while True:
         row = conn.execute(
-            f"SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-web' AND {condition}"  # noqa: S608
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq-web' AND datname = current_database() "
+            f"AND {condition}"  # noqa: S608
         ).fetchone()
         if row is not None:
             return row[0]

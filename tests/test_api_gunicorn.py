@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from api_support import assert_error, job_rows
-from web_server import WebServer
+from support.api import assert_error, job_rows
+from support.web_server import WebServer
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 

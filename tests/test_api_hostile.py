@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from api_support import assert_error
+from support.api import assert_error
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 

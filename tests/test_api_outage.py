@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from api_support import assert_error
+from support.api import assert_error
+from support.web_server import WebServer
 from web.pool import POOL_TIMEOUT
-from web_server import WebServer
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import jobq
-from api_support import assert_error
-from support import drain
+from support.api import assert_error
+from support.claims import drain
 
 pytestmark = [pytest.mark.api, pytest.mark.db, pytest.mark.control]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api_support import assert_error
+from support.api import assert_error
 from jobq.schedules import stored
 from jobq.daemon import presence
 from jobq.schedules.declarations import _build

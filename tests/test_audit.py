@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from control_support import control, seed  # noqa: F401
+from support.cli import run_cli
+from support.rows import seed
 from jobq.errors import ConfigError
 from jobq.settings import DEFAULT_AUDIT_RETENTION, Settings
-from support import run_cli
 
 pytestmark = [pytest.mark.control]
 

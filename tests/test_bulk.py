@@ -13,8 +13,8 @@ import time
 import psycopg
 import pytest
 
-from control_support import audit_actions, control, seed, seed_dead, statuses  # noqa: F401
-from daemon import wait_for
+from support.rows import audit_actions, seed, seed_dead, statuses
+from support.waiting import wait_for
 from jobq.jobs import operations
 from jobq.errors import DeadLetterGroupNotFound, InvalidArgument
 
@@ -198,7 +198,7 @@ def test_an_operation_whose_runner_was_killed_is_finished_by_resume_stalled_exac
 
 
 def test_jobq_bulk_dry_runs_runs_with_a_progress_bar_and_names_a_bad_option(control, database_url):
-    from support import run_cli
+    from support.cli import run_cli
 
     seed_dead(control, 1500, queue="q")
     dry = run_cli("bulk", "retry", "--queue", "q", "--status", "dead", "--dry-run", DATABASE_URL=database_url)

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from control_support import control, seed_dead, statuses  # noqa: F401
-from web_server import WebServer
+from support.rows import seed_dead, statuses
+from support.web_server import WebServer
 
 pytestmark = [pytest.mark.control, pytest.mark.api, pytest.mark.db]
 

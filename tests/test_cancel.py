@@ -9,7 +9,9 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for, worker_pids
+from support.daemon import worker_pids
+from support.db import THIS_DATABASE_LOCKS, scalar
+from support.waiting import wait_for
 from jobq.jobs import leases
 from jobq.errors import JobNotCancellable
 
@@ -240,7 +242,7 @@ def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, 
     assert [status(ledger, job.id) for job in mail] == ["pending", "pending"]
     assert status(ledger, cancelled.id) == "cancelled" and status(ledger, kept.id) == "claimed"
     held = ledger.execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = ANY(%s)",
+        f"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = ANY(%s) AND {THIS_DATABASE_LOCKS}",
         ([j.id for j in (*mail, cancelled)],),
     ).fetchone()[0]
     assert held == 0

@@ -19,10 +19,10 @@ import psycopg
 import pytest
 
 import jobq
-from conftest import migrated_instance
-from daemon import alive, scalar, wait_for, worker_pids, worker_pids_of_session
+from support.daemon import alive, worker_pids, worker_pids_of_session
+from support.db import advisory_locks, migrated_instance, scalar
+from support.waiting import wait_for
 from jobq.store import locks
-from support import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.chaos]
 
@@ -41,7 +41,7 @@ def durable_postgres(tmp_path):
 def ledger_jobs(url: str, n: int, seconds: float) -> list[jobq.Job]:
     """On another database than the ``ledger`` fixture's: its ledger table, and ``n``
     ledger_sleep jobs of ``seconds``."""
-    from handlers_for_tests import LEDGER_CREATE
+    from support.handlers import LEDGER_CREATE
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(LEDGER_CREATE)
@@ -221,7 +221,8 @@ def test_every_jobq_backend_terminated_mid_drain(ledger, daemon):
     d = daemon(2)
     for round_ in (1, 2, 3):
         wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 300 * round_, 60, "jobs flowing")
-        ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%'")
+        ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq%%' "
+                       "AND datname = current_database()")
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
     tally(ledger, "every jobq backend terminated, 3 times", jobs, [d])
 

@@ -29,12 +29,13 @@ import pytest
 
 import jobq
 import jobq.settings
-from conftest import TRUNCATE, migrated_instance
-from daemon import FAST, scalar, wait_for, worker_pids, worker_pids_of_session
+from support.daemon import FAST, worker_pids, worker_pids_of_session
+from support.db import TRUNCATE, advisory_locks, migrated_instance, scalar
+from support.ports import free_port
+from support.waiting import wait_for
 from jobq.store import connections
 from jobq.store import locks
 from jobq.store.embedded import EmbeddedPostgres
-from support import advisory_locks
 from web.pool import web_pool
 
 pytestmark = [
@@ -142,16 +143,10 @@ class BlackholeProxy:
                     return
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def tcp_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
     """A migrated instance of this module's own that also listens on 127.0.0.1:<port>."""
-    from handlers_for_tests import LEDGER_CREATE
+    from support.handlers import LEDGER_CREATE
 
     with migrated_instance(tmp_path_factory.mktemp("tcp-pg"), port=free_port()) as server:
         with psycopg.connect(server.url(), autocommit=True) as conn:

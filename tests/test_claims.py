@@ -9,7 +9,8 @@ import jobq
 from jobq.store.sql.queues import JOB_GET_OLDEST_DUE
 from jobq.jobs import leases
 from jobq.observe import tallies
-from support import LOCK_BASE, advisory_locks, claim, complete, drain, fail
+from support.claims import LOCK_BASE, claim, complete, drain, fail
+from support.db import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
 

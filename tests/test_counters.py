@@ -13,11 +13,11 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.claims import LOCK_BASE, claim, complete, fail
+from support.waiting import wait_for
 from jobq.jobs import leases
 from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.session import ClaimSession
-from support import LOCK_BASE, claim, complete, fail
 
 pytestmark = pytest.mark.db
 

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import jobq
-from daemon import alive, scalar, wait_for, worker_pids
-from support import advisory_locks
+from support.daemon import alive, worker_pids
+from support.db import advisory_locks, scalar
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
 

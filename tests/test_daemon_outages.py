@@ -6,11 +6,15 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for, worker_pids
+from support.daemon import worker_pids
+from support.db import scalar
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
 
-LISTENERS = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'jobq listener %%'"
+LISTENERS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'jobq listener %%' AND datname = current_database()"
+)
 
 
 def test_a_database_restart_while_jobs_flow_loses_nothing_and_records_each_outcome_once(own_postgres, daemon):
@@ -36,7 +40,8 @@ def test_a_database_restart_while_jobs_flow_loses_nothing_and_records_each_outco
 def test_jobs_still_start_after_the_listen_connection_is_killed_and_it_listens_again(conn, daemon):
     daemon(1, JOBQ_POLL_INTERVAL="2")
     wait_for(lambda: scalar(conn, LISTENERS) == 1, 15, "the worker listening")
-    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq listener %%'")
+    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'jobq listener %%' "
+                 "AND datname = current_database()")
     job = jobq.enqueue("noop", conn=conn)
     wait_for(lambda: jobq.get(job.id, conn=conn).status == "done", 2 + 1.5, "the job started within the poll interval")
     wait_for(lambda: scalar(conn, LISTENERS) == 1, 10, "the worker listening again")

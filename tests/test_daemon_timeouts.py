@@ -6,7 +6,9 @@ import time
 import pytest
 
 import jobq
-from daemon import alive, scalar, wait_for, worker_pids
+from support.daemon import alive, worker_pids
+from support.db import scalar
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
 

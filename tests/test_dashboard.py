@@ -18,6 +18,7 @@ from jobq.daemon import presence
 from jobq.errors import ConfigError
 from jobq.settings import Settings
 from jobq.observe.workers import list_workers
+from support.rows import seed_dead
 from web.dashboard import charts
 
 pytestmark = [pytest.mark.dashboard, pytest.mark.db]
@@ -150,11 +151,7 @@ def test_workers_are_listed_with_the_job_they_run(conn):
 
 
 def test_selected_dead_letters_are_replayed_or_discarded_with_an_audit_row(conn):
-    conn.execute(
-        "INSERT INTO jobs (type, payload, status, error) SELECT 'charge', '{}', 'dead', 'E: x' FROM generate_series(1, 3)"
-    )
-    conn.execute("INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts) "
-                 "SELECT id, type, queue, payload, priority, max_retries, error, 1 FROM jobs")
+    seed_dead(conn, 3, type="charge", payload={}, error="E: x", attempt=0)
     ids = [row[0] for row in conn.execute("SELECT id FROM dead_letter_jobs ORDER BY id")]
     group_id = dead_letters.get(ids[0], conn=conn).group_id
     assert [letter.id for letter in dead_letters.letters_of_group(group_id, conn=conn)] == ids[::-1]
@@ -183,7 +180,7 @@ def test_charts_break_their_lines_where_minutes_have_no_data():
 
 
 def test_a_schedule_is_run_paused_and_resumed_from_its_page(make_app, conn):
-    from test_schedules import declare, spec
+    from support.schedules import declare, spec
 
     declare(conn, spec("nightly"))
     client = make_app().test_client()

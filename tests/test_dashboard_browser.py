@@ -20,15 +20,17 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 import jobq
-from browser import PHONE, Browser, screenshot_dir
-from daemon import scalar, wait_for
-from schedules_for_tests import VARIABLE as SCHEDULES_VARIABLE, entry
-from web_server import WebServer
+from support.browser import Browser, PHONE, screenshot_dir
+from support.db import scalar
+from support.rows import per_row, seed_dead
+from support.schedules import VARIABLE as SCHEDULES_VARIABLE, entry
+from support.waiting import wait_for
+from support.web_server import WebServer
 
 pytestmark = [pytest.mark.dashboard, pytest.mark.db]
 
 TOKEN = "dashboard-test-token-0123456789"
-HANDLERS = "handlers_for_tests,schedules_for_tests"
+HANDLERS = "support.handlers,support.schedules"
 PAGES = {
     "overview": "/dashboard",
     "jobs": "/dashboard/jobs",
@@ -63,16 +65,8 @@ def page(browser: Browser, conn: psycopg.Connection) -> Browser:
 
 
 def fill_dead(conn: psycopg.Connection, n: int, error: str = "RuntimeError: card 4017 declined") -> None:
-    conn.execute(
-        "INSERT INTO jobs (type, payload, status, error, completed_at, errors) "
-        "SELECT 'charge', jsonb_build_object('order', i), 'dead', %s, now(), "
-        "jsonb_build_array(jsonb_build_object('attempt', 0, 'error', %s::text, 'at', now())) "
-        "FROM generate_series(1, %s) AS i", (error, error, n),
-    )
-    conn.execute(
-        "INSERT INTO dead_letter_jobs (original_id, type, queue, payload, priority, max_retries, error, attempts, errors) "
-        "SELECT id, type, queue, payload, priority, max_retries, error, 1, errors FROM jobs WHERE status = 'dead'"
-    )
+    seed_dead(conn, n, type="charge", payload=per_row("jsonb_build_object('order', i)"), error=error, attempt=0,
+              errors=per_row("jsonb_build_array(jsonb_build_object('attempt', 0, 'error', {}::text, 'at', now()))", error))
 
 
 def fill_minutes(conn: psycopg.Connection) -> None:

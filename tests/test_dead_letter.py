@@ -2,7 +2,7 @@ import pytest
 
 import jobq
 from jobq.errors import AlreadyReplayed, DeadLetterNotFound
-from support import drain
+from support.claims import drain
 
 pytestmark = [pytest.mark.db, pytest.mark.dlq]
 

@@ -11,7 +11,8 @@ import jobq
 from jobq.store.sql.dead_letters import DEAD_LETTER_GROUP_LIST_WAITING
 from jobq.jobs import dead_letters
 from jobq.errors import InvalidArgument
-from support import drain, run_cli
+from support.claims import drain
+from support.cli import run_cli
 
 pytestmark = [pytest.mark.db, pytest.mark.dlq, pytest.mark.control]
 

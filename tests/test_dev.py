@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon import alive, wait_for
-from web_server import free_port
+from support.daemon import alive
+from support.ports import free_port
+from support.waiting import wait_for
+
 
 pytestmark = pytest.mark.daemon
 

@@ -7,6 +7,7 @@ import pytest
 import jobq
 import jobq.jobs.submit
 from jobq.errors import InvalidArgument
+from support.rows import insert_jobs, per_row
 
 pytestmark = pytest.mark.db
 
@@ -179,10 +180,8 @@ def test_a_copied_batch_in_the_callers_transaction_is_stored_at_its_commit(datab
 
 def test_one_insert_of_mixed_queues_types_and_statuses_is_counted_exactly_and_wakes_each_queue_once(conn, listener):
     # The insert trigger (schema 11) counts a statement's rows in one pass over them.
-    conn.execute(
-        "INSERT INTO jobs (type, queue, status) SELECT 't' || g % 3, 'q' || g % 2, "
-        "(ARRAY['pending', 'pending', 'done', 'dead', 'cancelled'])[1 + g % 5] FROM generate_series(1, 600) AS g"
-    )
+    insert_jobs(conn, 600, per_row("(ARRAY['pending', 'pending', 'done', 'dead', 'cancelled'])[1 + i % 5]"),
+                type=per_row("'t' || i % 3"), queue=per_row("'q' || i % 2"))
     jobq.enqueue_many([{"type": "t0", "queue": "q0"}] * 150, conn=conn)
     expected = {(queue, type_, status): n for queue, type_, status, n in conn.execute(
         "SELECT queue, type, status, count(*) FROM jobs GROUP BY 1, 2, 3")}

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import jobq
-from api_support import assert_error
-from control_support import control, seed  # noqa: F401
+from support.api import assert_error
+from support.rows import seed
 from jobq.errors import InvalidArgument
 from jobq.jobs.filters import JobFilter, parse_filter
 

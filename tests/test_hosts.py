@@ -15,7 +15,9 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for, worker_pids_of_session
+from support.daemon import worker_pids_of_session
+from support.db import scalar
+from support.waiting import wait_for
 from jobq.store.sql.database import ADVISORY_LOCK_LIST_OF_NAMESPACE
 from jobq.store import locks
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
@@ -23,11 +25,13 @@ from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.scale]
 
 HOSTS = ("host-a", "host-b", "host-c")
-REAPER_INTERVAL = 0.3  # tests/daemon.py's FAST timings
+REAPER_INTERVAL = 0.3  # tests/support/daemon.py's FAST timings
 STALE_THRESHOLD = 1.5
 # jobq's sessions, named "jobq <role> <host>:<pid>[:<token>]": worker (claims), listener,
 # maintenance, control.
-SESSIONS = "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'jobq %'"
+SESSIONS = (
+    "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'jobq %' AND datname = current_database()"
+)
 # The ledger rows of the runs whose outcomes were recorded (same lease).
 RECORDED_RUNS = "SELECT count(*) FROM test_ledger t JOIN jobs j ON j.id = t.job_id AND j.lease = t.lease"
 
@@ -45,11 +49,13 @@ def sessions_by_host(conn) -> Counter:
 
 
 def leaders(conn) -> list[str]:
-    """The application_name of every session holding the maintenance leader lock."""
+    """The application_name of every session of this database holding the maintenance
+    leader lock (the statement reads the locks of every database of the server)."""
     held = conn.execute(
         ADVISORY_LOCK_LIST_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": DEFAULT_ADVISORY_NAMESPACE}
-    )
-    return [name for value, _, name in held if value == locks.MAINTENANCE_LEADER]
+    ).fetchall()
+    here = {pid for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")}
+    return [name for value, pid, name in held if value == locks.MAINTENANCE_LEADER and pid in here]
 
 
 def host_of(session_name: str) -> str:

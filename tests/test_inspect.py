@@ -5,7 +5,8 @@ import pytest
 
 import jobq
 from jobq.daemon import presence
-from support import claim, drain, run_cli
+from support.claims import claim, drain
+from support.cli import run_cli
 
 pytestmark = pytest.mark.db
 

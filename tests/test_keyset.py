@@ -11,10 +11,11 @@ from datetime import datetime, timezone
 import pytest
 
 import jobq
-from api_support import assert_error
+from support.api import assert_error
 from jobq.store.sql.ledger import JOB_LIST_AFTER, JOB_LIST_FILTERS, JOB_LIST_ORDER, JOB_LIST_SELECT
 from jobq.jobs import cursors
 from jobq.errors import InvalidArgument
+from support.rows import insert_jobs, per_row
 
 pytestmark = pytest.mark.dashboard
 
@@ -142,12 +143,9 @@ def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
     the filter's, as each partition has it) and, but for dead jobs, of the live jobs'
     (jobs_live_created_idx or jobs_live_type_created_idx, which leave id out: see
     migration 0013), merged in order."""
-    conn.execute(
-        "INSERT INTO jobs (type, queue, status, created_at, completed_at) "
-        "SELECT CASE WHEN g % 2 = 0 THEN 'x' ELSE 'y' END, 'default', "
-        "CASE WHEN g % 10 = 0 THEN 'dead' WHEN g % 10 = 5 THEN 'pending' ELSE 'done' END, "
-        "now() - (g / 3) * interval '1 ms', CASE WHEN g % 10 <> 5 THEN now() END FROM generate_series(1, 200000) AS g"
-    )
+    insert_jobs(conn, 200_000, per_row("CASE WHEN i % 10 = 0 THEN 'dead' WHEN i % 10 = 5 THEN 'pending' ELSE 'done' END"),
+                type=per_row("CASE WHEN i % 2 = 0 THEN 'x' ELSE 'y' END"),
+                created_at=per_row("now() - (i / 3) * interval '1 ms'"))  # completed_at now() once finished
     conn.execute("ANALYZE jobs")
     parent_of = dict(conn.execute(
         "SELECT c.relname, p.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "

@@ -6,7 +6,7 @@ import pytest
 import jobq
 from jobq.jobs import leases
 from jobq.errors import InvalidArgument, JobNotDeletable, JobNotFound
-from support import claim, complete, drain, fail, settle
+from support.claims import claim, complete, drain, fail, settle
 
 pytestmark = pytest.mark.db
 

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon]
 

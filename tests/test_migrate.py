@@ -7,7 +7,7 @@ from jobq.errors import SchemaTooNew, SchemaTooOld
 from jobq.store import migrate as migrate_module
 from jobq.store.migrate import Migration, applied_version, available, check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
-from support import run_cli
+from support.cli import run_cli
 
 pytestmark = pytest.mark.db
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.waiting import wait_for
 from jobq.store.sql.database import DATABASE_NOW
 from jobq.store import partitions
 

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.claims import LOCK_BASE, claim, complete
+from support.waiting import wait_for
 from jobq.store.sql.leases import (
     CLAIM_SESSION_PLANNER,
     JOB_HEARTBEAT_IF_LEASED,
@@ -35,7 +36,6 @@ from jobq.jobs import leases
 from jobq.store import statistics
 from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
-from support import LOCK_BASE, claim, complete
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
 

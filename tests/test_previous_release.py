@@ -13,7 +13,7 @@ import pytest
 
 import jobq
 from jobq.store import connections
-from support import claim
+from support.claims import claim
 
 pytestmark = [pytest.mark.db, pytest.mark.control]
 

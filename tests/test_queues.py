@@ -13,7 +13,8 @@ import jobq
 from jobq.jobs import leases
 from jobq.jobs import queues
 from jobq.errors import InvalidArgument
-from support import LOCK_BASE, claim, run_cli, settle
+from support.claims import LOCK_BASE, claim, settle
+from support.cli import run_cli
 
 pytestmark = [pytest.mark.db, pytest.mark.control]
 

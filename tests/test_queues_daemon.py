@@ -8,8 +8,9 @@ import time
 import pytest
 
 import jobq
-from daemon import scalar, wait_for
-from web_server import WebServer
+from support.db import scalar
+from support.waiting import wait_for
+from support.web_server import WebServer
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.control]
 

@@ -12,8 +12,9 @@ from jobq.daemon.maintenance import reaper
 from jobq.daemon import messages
 from jobq.daemon.boards.finished import Finished
 from jobq.settings import Settings
-from daemon import wait_for
-from support import LOCK_BASE, advisory_locks, claim
+from support.claims import LOCK_BASE, claim
+from support.db import advisory_locks
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.reaper]
 
@@ -203,4 +204,7 @@ def test_a_job_finished_between_the_reapers_lock_and_its_write_is_not_counted_as
 
 
 def conn_waiting_on_a_lock(observer) -> bool:
-    return bool(observer.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0])
+    return bool(observer.execute(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted "
+        "AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())"
+    ).fetchone()[0])

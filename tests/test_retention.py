@@ -10,8 +10,10 @@ from jobq.store.sql.database import DATABASE_NOW
 from jobq.jobs import leases
 from jobq.store import partitions
 from jobq.store.retention import prune, prune_dead_letters
-from daemon import scalar, wait_for
-from support import LOCK_BASE, claim, complete, drain, run_cli
+from support.claims import LOCK_BASE, claim, complete, drain
+from support.cli import run_cli
+from support.db import scalar
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.db
 

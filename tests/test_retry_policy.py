@@ -4,7 +4,7 @@ applied by the real daemon to the exceptions a handler raises."""
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.waiting import wait_for
 from jobq.handlers.registry import Handler
 
 pytestmark = [pytest.mark.retry]

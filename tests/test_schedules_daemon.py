@@ -1,5 +1,5 @@
 """Periodic jobs fired by the real daemon: `jobq worker` processes whose handler
-module (schedules_for_tests) declares the schedules each test gives it."""
+module (support.schedules) declares the schedules each test gives it."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from daemon import scalar, wait_for
+from support.db import scalar
+from support.schedules import VARIABLE, entry, parse
+from support.waiting import wait_for
+
 from jobq.daemon.maintenance import firing
 from jobq.schedules import stored as schedules
 from jobq.schedules.cron import Cron
 from jobq.settings import DEFAULT_STALE_THRESHOLD
-from schedules_for_tests import VARIABLE, entry, parse
 
 pytestmark = [pytest.mark.daemon, pytest.mark.schedules]
 
-HANDLERS = "handlers_for_tests,schedules_for_tests"
+HANDLERS = "support.handlers,support.schedules"
 
 
 @pytest.fixture

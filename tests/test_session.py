@@ -8,17 +8,18 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for
+from support.claims import LOCK_BASE
+from support.db import advisory_locks, scalar
+from support.waiting import wait_for
 from jobq.store.sql.ledger import JOB_GET
 from jobq.jobs import leases
 from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.session import ClaimSession
-from support import LOCK_BASE, advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
 
 WORKER = "host:1:session"
-BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq worker ' || %s"
+BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'jobq worker ' || %s AND datname = current_database()"
 
 
 @pytest.fixture
@@ -65,7 +66,8 @@ def ping(conn, _retried) -> str:
 
 
 def waiting_on_a_row_lock(conn) -> bool:
-    return bool(scalar(conn, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid')"))
+    return bool(scalar(conn, "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid') "
+                             "AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())"))
 
 
 def test_a_relock_waits_for_an_uncommitted_release_and_never_locks_a_job_pending_again(session, conn, database_url):

@@ -4,7 +4,7 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import wait_for
+from support.waiting import wait_for
 from jobq.jobs import leases
 
 pytestmark = [pytest.mark.retry]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import jobq
-from api_support import assert_error
+from support.api import assert_error
 from jobq.errors import InvalidArgument
 from jobq.jobs.submit import submit_reserved
 from jobq.spec import parse_specs

@@ -14,15 +14,16 @@ import psycopg
 import pytest
 
 import jobq
-from api_support import assert_error
-from daemon import wait_for
+from support.api import assert_error
+from support.claims import LOCK_BASE, claim
+from support.db import advisory_locks
+from support.waiting import wait_for
+from support.web_server import WebServer
 from jobq.jobs import leases
 from jobq.daemon.maintenance import reaper
 from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.session import ClaimSession
 from jobq.settings import Settings
-from support import LOCK_BASE, advisory_locks, claim
-from web_server import WebServer
 
 pytestmark = [pytest.mark.db, pytest.mark.schedules]
 
@@ -287,7 +288,8 @@ def test_a_key_taken_by_an_insert_still_uncommitted_when_the_retry_is_written(le
         writer.start()
         wait_for(lambda: ledger.execute(
             "SELECT 1 FROM pg_stat_activity WHERE application_name LIKE 'jobq worker test:1:race%%' "
-            "AND wait_event_type = 'Lock'").fetchone(), 10, "the write waiting for the uncommitted insert")
+            "AND wait_event_type = 'Lock' AND datname = current_database()").fetchone(), 10,
+            "the write waiting for the uncommitted insert")
         app.commit()
     writer.join(10)
     assert not writer.is_alive()

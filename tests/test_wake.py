@@ -8,7 +8,9 @@ import psycopg
 import pytest
 
 import jobq
-from daemon import scalar, wait_for, worker_pids
+from support.daemon import worker_pids
+from support.db import scalar
+from support.waiting import wait_for
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.listener import Everyone, Listener
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
@@ -70,7 +72,8 @@ def test_a_notification_left_to_a_lower_worker_that_sleeps_on_is_taken_over(conn
 def test_a_listener_whose_connection_breaks_stops_counting_as_idle_at_once_and_listens_again(conn, listener):
     board = IdleBoard(1)
     board.mark(0, True)
-    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobq listener test_wake'")
+    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jobq listener test_wake' "
+                 "AND datname = current_database()")
     started = time.monotonic()
     listener.wait(10, waking=board.seat(0))
     # Told at once (a worker that NOTIFY cannot reach must not stay counted as idle),

@@ -1,3 +1,6 @@
+"""The global retry delay (jobq.handlers.backoff): base times two to the attempt, capped,
+with jitter (no database)."""
+
 import random
 
 import pytest

@@ -15,31 +15,32 @@ from jobq.store.sql.counters import COUNTER_LIST
 from jobq.errors import ConversionNeeded
 from jobq.store.migrate import check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
-from support import run_cli
+from support.cli import run_cli
+from support.rows import WRITTEN, insert_jobs, per_row
 
 pytestmark = [pytest.mark.db, pytest.mark.scale]
 
 JOBS = 1_000_000
-STATUSES = ("pending", "claimed", "running", "done", "dead", "cancelled")
 
-# A million jobs of schema 12, in every status, one in a thousand with a key of one of
-# the three scopes (each key held by its job now: 'pending' keys on pending jobs only).
-FILL = """
-INSERT INTO jobs (type, queue, payload, status, attempt, run_at, claimed_at, heartbeat_at, started_at,
-                  completed_at, worker_id, lease, idempotency_key, unique_while, tags)
-SELECT 'noop', 'q' || (g %% 3), jsonb_build_object('n', g), s.status, 0, now() - interval '1 hour',
-       CASE WHEN s.status <> 'pending' THEN now() END, CASE WHEN s.status <> 'pending' THEN now() END,
-       CASE WHEN s.status NOT IN ('pending', 'claimed') THEN now() END,
-       CASE WHEN s.status IN ('done', 'dead', 'cancelled') THEN now() - (g %% 100) * interval '1 minute' END,
-       CASE WHEN s.status <> 'pending' THEN 'host:1:w' END, CASE WHEN s.status <> 'pending' THEN g END,
-       CASE WHEN g %% 1000 = 0 THEN 'key-' || g END,
-       CASE WHEN g %% 1000 = 0 AND s.status = 'pending' AND g %% 3000 = 0 THEN 'pending'
-            WHEN g %% 1000 = 0 AND s.status IN ('pending', 'claimed', 'running') AND g %% 2000 = 0 THEN 'active'
-            ELSE 'always' END,
-       CASE WHEN g %% 10 = 0 THEN ARRAY['t' || (g %% 7)] END
-FROM generate_series(1, %(n)s) AS g
-CROSS JOIN LATERAL (SELECT (%(statuses)s::text[])[1 + g %% 6] AS status) AS s
-"""
+
+def fill(conn: psycopg.Connection) -> None:
+    """A million jobs of schema 12, in every status jobq writes, one in a thousand with a key
+    of one of the three scopes (each key held by its job now: 'pending' keys on pending
+    jobs only); claimed, started and finished as the row factory has them, finished over
+    the last 100 minutes."""
+    insert_jobs(
+        conn, JOBS, per_row("({}::text[])[1 + i % 6]", list(WRITTEN)), type="noop", queue=per_row("'q' || (i % 3)"),
+        payload=per_row("jsonb_build_object('n', i)"), attempt=0, run_at=per_row("now() - interval '1 hour'"),
+        completed_at=per_row("CASE WHEN status IN ('done', 'dead', 'cancelled') THEN now() - (i % 100) * interval '1 minute' END"),
+        idempotency_key=per_row("CASE WHEN i % 1000 = 0 THEN 'key-' || i END"),
+        unique_while=per_row(
+            "CASE WHEN i % 1000 = 0 AND status = 'pending' AND i % 3000 = 0 THEN 'pending' "
+            "WHEN i % 1000 = 0 AND status IN ('pending', 'claimed', 'running') AND i % 2000 = 0 THEN 'active' "
+            "ELSE 'always' END"
+        ),
+        tags=per_row("CASE WHEN i % 10 = 0 THEN ARRAY['t' || (i % 7)] END"),
+    )
+
 
 SUMMARY = (
     "SELECT status, count(*), sum(id), count(idempotency_key), count(tags), sum((payload->>'n')::bigint) "
@@ -51,7 +52,7 @@ def test_migrate_partition_converts_a_million_jobs_with_nothing_lost(empty_datab
     url = empty_database
     with psycopg.connect(url, autocommit=True) as conn:
         migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE, upto=12)
-        conn.execute(FILL, {"n": JOBS, "statuses": list(STATUSES)})
+        fill(conn)
         before = conn.execute(SUMMARY).fetchall()
         counters = sorted(conn.execute(COUNTER_LIST).fetchall())
         always_keys = conn.execute(

@@ -1,4 +1,6 @@
-"""Slot arithmetic (jobq.schedules.cron) and declarations (jobq.periodic): no database."""
+"""Schedules as code declares them, no database: slot arithmetic (jobq.schedules.cron) and
+jobq.periodic's declarations (jobq.schedules.declarations). Stored and fired:
+test_schedules_stored.py; by the real daemon: test_schedules_daemon.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The database boundary's pure parts (no database)."""
+"""jobq.store.connections' pure parts (no database): the delay between reconnects."""
 
 import pytest
 

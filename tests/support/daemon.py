@@ -6,13 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parent.parent  # on the workers' PYTHONPATH: support.handlers
 
 # Short protocol timings, so that the tests run in seconds.
 FAST = {
@@ -22,7 +20,7 @@ FAST = {
     "JOBQ_STALE_THRESHOLD": "1.5",
     "JOBQ_GRACEFUL_TIMEOUT": "5",
     "JOBQ_BACKOFF_BASE": "0.1",
-    "JOBQ_HANDLERS": "handlers_for_tests",
+    "JOBQ_HANDLERS": "support.handlers",
 }
 
 
@@ -102,24 +100,6 @@ def worker_pids_of_session(sid: int) -> list[int]:
             except (ProcessLookupError, PermissionError):
                 pass
     return pids
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
-    """Poll until ``condition()`` is truthy; fail the test naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
-def scalar(conn: psycopg.Connection, query: str, *params: object) -> object:
-    """The first column of the first row, or None without a row."""
-    row = conn.execute(query, params).fetchone()
-    return None if row is None else row[0]
 
 
 def worker_pids(conn: psycopg.Connection) -> list[int]:

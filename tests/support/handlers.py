@@ -1,4 +1,5 @@
-"""Job types for the daemon tests, loaded by workers through JOBQ_HANDLERS.
+"""Job types for the daemon tests, loaded by workers through JOBQ_HANDLERS
+(``support.handlers``: tests/ is on their PYTHONPATH, see support.daemon).
 
 ``ledger_*`` handlers insert (job id, lease, pid) into test_ledger after their work,
 on a connection of their own, so a test can count how many times each job really

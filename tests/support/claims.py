@@ -1,10 +1,8 @@
-"""Helpers shared by the tests: claim and record through the queue module, read locks."""
+"""Claiming jobs and recording their outcomes through jobq.jobs.leases, in the test
+process, as a worker does (no daemon runs)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -22,22 +20,6 @@ T = TypeVar("T")
 registry.load([])  # the built-in handlers, as a worker loads them
 
 LOCK_BASE = locks.key(DEFAULT_ADVISORY_NAMESPACE, 0)
-
-# Advisory locks as pg_locks shows them: the 64-bit key split into classid (high 32
-# bits) and objid (low 32 bits), objsubid 1 for the one-bigint form.
-JOBQ_ADVISORY_LOCKS = (
-    "SELECT ((classid::bigint << 32) | objid::bigint) & %(mask)s, pid FROM pg_locks "
-    "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
-    "AND (classid::bigint >> 16) = %(namespace)s"
-)
-
-
-def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
-    """The jobq advisory locks held in the database: {value (a job id): backend pid}."""
-    rows = conn.execute(
-        JOBQ_ADVISORY_LOCKS, {"mask": locks.ID_MASK, "namespace": DEFAULT_ADVISORY_NAMESPACE}
-    ).fetchall()
-    return {value: pid for value, pid in rows}
 
 
 def sent_again(conn: psycopg.Connection, send: Callable[[], T]) -> T:
@@ -101,8 +83,3 @@ def settle(conn: psycopg.Connection, claimed: leases.Claim, status: str) -> None
     elif status == "dead":
         fail(conn, [claimed])
 
-
-def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m jobq *args`` with only ``env`` set (and coverage's own variables, if it runs)."""
-    bare = {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k.startswith("COVERAGE_")}}
-    return subprocess.run([sys.executable, "-m", "jobq", *args], env={**bare, **env}, capture_output=True, text=True)

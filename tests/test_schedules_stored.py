@@ -14,9 +14,9 @@ from jobq.daemon.maintenance import firing
 from jobq.schedules import stored as schedules
 from jobq.schedules.cron import Cron
 from jobq.daemon import presence
-from jobq.schedules.declarations import Periodic, _build
 from jobq.settings import DEFAULT_STALE_THRESHOLD
-from support import claim, complete
+from support.claims import claim, complete
+from support.schedules import declare, spec
 
 pytestmark = [pytest.mark.db, pytest.mark.schedules]
 
@@ -29,19 +29,6 @@ def sched(conn: psycopg.Connection) -> psycopg.Connection:
     """Empty schedules and audit trail, on top of the conn fixture's empty tables."""
     conn.execute("TRUNCATE jobq_schedules, jobq_audit")
     return conn
-
-
-def spec(name: str = "tick", cron: str = "0 * * * *", **options) -> Periodic:
-    return _build(name, options.pop("type", "noop"), cron=cron, tz=options.pop("tz", "UTC"),
-                  catch_up=options.pop("catch_up", "latest"), overlap=options.pop("overlap", "allow"),
-                  payload=options.pop("payload", {"n": 1}), queue="default", priority=5, max_retries=3)
-
-
-def declare(conn: psycopg.Connection, *specs: Periodic, worker: str = "w1") -> list[str]:
-    """What a worker's boot does: its row, its declarations, the upsert."""
-    presence.register(conn, worker, "host", 1, ["default"])
-    presence.declare(conn, worker, {s.name: s.definition_hash() for s in specs})
-    return schedules.declare(conn, worker, {s.name: s for s in specs}, stale_seconds=STALE)
 
 
 def db_now(conn: psycopg.Connection) -> datetime:
@@ -275,7 +262,7 @@ def test_an_unknown_schedule_is_not_found(sched, action):
 
 
 def test_the_command_line_operates_schedules_and_names_an_unknown_one(sched, database_url):
-    from support import run_cli
+    from support.cli import run_cli
 
     declare(sched, spec("nightly"))
     assert "nightly" in run_cli("schedules", "list", DATABASE_URL=database_url).stdout

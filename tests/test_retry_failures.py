@@ -1,3 +1,7 @@
+"""What a failed run leaves, through the leases as a worker writes it: the next attempt
+after its delay, dead after max_retries + 1 runs, the dead letter copied with the
+status change and only once; a handler's max_retries over the job's."""
+
 import threading
 from datetime import timedelta
 
@@ -8,7 +12,8 @@ import jobq
 from jobq.jobs import leases
 from jobq.handlers.backoff import retry_delay
 from jobq.handlers.registry import register
-from support import LOCK_BASE, advisory_locks, claim, drain, fail
+from support.claims import LOCK_BASE, claim, drain, fail
+from support.db import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.retry]
 

@@ -10,7 +10,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-GUNICORN_CONF = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
+from support.ports import free_port
+
+GUNICORN_CONF = Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"
 START_TIMEOUT = 30.0
 
 
@@ -100,8 +101,3 @@ class WebServer:
         except OSError:
             return False
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -1,0 +1,190 @@
+"""The test databases: a server for each test process, or one given for all of them; on
+it one migrated template per run, cloned into a database of each test process's own; and
+reading the server's shared views for this database only.
+
+Where the server comes from (:func:`throwaway_server`), in order:
+1. ``JOBQ_TEST_DATABASE_URL``: a server given, shared by every test process of the run
+   (and by other runs: every name carries the run's id). Its role needs CREATEDB; without
+   it a serial run (``-n 0``) uses the given database itself, as before databases per
+   process;
+2. a testcontainers ``postgres:16`` container of the test process's own, when a Docker
+   engine answers;
+3. an embedded PostgreSQL 16 (the ``pgserver`` wheel) of the test process's own, in its
+   temporary directory.
+
+A test process is an xdist worker (``gw0``, ``gw1``, ...) or, with ``-n 0``, the one
+pytest process (``main``). Its database, ``jobq_test_<run>_<worker>``, is cloned
+(``CREATE DATABASE ... TEMPLATE``) from ``jobq_test_<run>_template``, which the first
+process to need it migrates under an advisory lock on the server.
+
+pg_stat_activity and pg_locks show every database of the server, so a test that reads
+them for its own sessions filters by its database (``datname = current_database()``;
+advisory locks: :data:`THIS_DATABASE_LOCKS`). Advisory locks themselves are per database:
+two databases' workers never block each other, but the view shows both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+from psycopg import conninfo, sql
+
+from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+from jobq.store import locks
+from jobq.store.embedded import EmbeddedPostgres
+from jobq.store.migrate import migrate
+
+URL_VARIABLE = "JOBQ_TEST_DATABASE_URL"
+# Speed over durability for servers thrown away after the run.
+TEST_SERVER_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
+# TRUNCATE fires no DELETE trigger: the dead-letter groups, kept by triggers, go with
+# their letters.
+TABLES = (
+    "jobs", "dead_letter_jobs", "job_counters", "job_counter_samples", "workers", "jobq_queues",
+    "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules", "jobq_minutes", "job_idempotency_keys",
+)
+TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
+
+# Held (on the server's maintenance database) while the run's template is made and cloned.
+TEMPLATE_LOCK = "SELECT pg_advisory_lock(hashtext('jobq test template'))"
+TEMPLATE_UNLOCK = "SELECT pg_advisory_unlock(hashtext('jobq test template'))"
+
+# pg_locks' rows of this database (an advisory lock's row names its database).
+THIS_DATABASE_LOCKS = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+# Advisory locks as pg_locks shows them: the 64-bit key split into classid (high 32
+# bits) and objid (low 32 bits), objsubid 1 for the one-bigint form.
+JOBQ_ADVISORY_LOCKS = (
+    "SELECT ((classid::bigint << 32) | objid::bigint) & %(mask)s, pid FROM pg_locks "
+    "WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+    f"AND (classid::bigint >> 16) = %(namespace)s AND {THIS_DATABASE_LOCKS}"
+)
+
+
+def docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # no engine, no permission, no SDK: use the embedded server
+        return False
+
+
+@contextlib.contextmanager
+def throwaway_server(base_dir: Path) -> Iterator[str]:
+    """The URL of a server's maintenance database for this test process: the given one,
+    or a container or an embedded server of its own (in ``base_dir``), removed at the end."""
+    url = os.environ.get(URL_VARIABLE)
+    if url:
+        yield url
+    elif docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16", driver=None) as container:
+            yield container.get_connection_url()
+    else:
+        server = EmbeddedPostgres(base_dir, settings=TEST_SERVER_SETTINGS)
+        server.start()
+        try:
+            yield server.url()
+        finally:
+            server.delete()
+
+
+def database_name(run: str, worker: str) -> str:
+    return f"jobq_test_{run}_{worker}"
+
+
+def on(server_url: str, name: str) -> str:
+    """The URL of database ``name`` on the server of ``server_url``."""
+    return conninfo.make_conninfo(server_url, dbname=name)
+
+
+@contextlib.contextmanager
+def own_database(server_url: str, run: str, worker: str) -> Iterator[str]:
+    """The URL of this test process's migrated database (dropped at the end)."""
+    name = database_name(run, worker)
+    if not _cloned(server_url, name, database_name(run, "template")):
+        if worker != "main":
+            raise RuntimeError(
+                f"{URL_VARIABLE}'s role may not create databases, which each test process needs: "
+                "grant it CREATEDB, or run the tests serially (-n 0) on that one database"
+            )
+        with psycopg.connect(server_url, autocommit=True) as conn:  # serial: the given database itself
+            migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        yield server_url
+        return
+    try:
+        yield on(server_url, name)
+    finally:
+        drop(server_url, name)
+
+
+def _cloned(server_url: str, name: str, template: str) -> bool:
+    """Database ``name`` made from ``template``, which is made and migrated first if no
+    test process has yet; False if the server's role may not create databases."""
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(TEMPLATE_LOCK)
+        try:
+            if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (template,)).fetchone():
+                admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
+                with psycopg.connect(on(server_url, template), autocommit=True) as conn:
+                    migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+            admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+        except psycopg.errors.InsufficientPrivilege:
+            return False
+        finally:
+            admin.execute(TEMPLATE_UNLOCK)
+    return True
+
+
+def drop(server_url: str, name: str) -> None:
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def drop_run_databases(server_url: str, run: str) -> None:
+    """Drop what the run ``run`` left on a shared server: its template, and the database of
+    any test process that died before it could drop its own."""
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        names = [name for (name,) in admin.execute(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", (database_name(run, ""),))]
+    for name in names:
+        drop(server_url, name)
+
+
+@contextlib.contextmanager
+def migrated_instance(data_dir: Path, port: int | None = None, **settings: str) -> Iterator[EmbeddedPostgres]:
+    """An embedded PostgreSQL of the caller's own, migrated, with TEST_SERVER_SETTINGS
+    changed by ``settings`` (and on 127.0.0.1:``port`` too, if given); deleted at the end."""
+    server = EmbeddedPostgres(data_dir, port=port, settings={**TEST_SERVER_SETTINGS, **settings})
+    server.start()
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+    try:
+        yield server
+    finally:
+        server.delete()
+
+
+def scalar(conn: psycopg.Connection, query: str, *params: object) -> object:
+    """The first column of the first row, or None without a row."""
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def advisory_locks(conn: psycopg.Connection) -> dict[int, int]:
+    """The jobq advisory locks held in this database: {value (a job id): backend pid}."""
+    rows = conn.execute(
+        JOBQ_ADVISORY_LOCKS, {"mask": locks.ID_MASK, "namespace": DEFAULT_ADVISORY_NAMESPACE}
+    ).fetchall()
+    return {value: pid for value, pid in rows}
