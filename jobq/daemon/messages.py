@@ -218,3 +218,12 @@ def report_pipe() -> tuple[int, int]:
     except OSError:  # over /proc/sys/fs/pipe-max-size: the default size still works
         pass
     return read_fd, write_fd
+
+
+def control_pipe() -> tuple[int, int]:
+    """A report pipe whose write end never blocks either, for a writer that must not
+    stall on its reader: the supervisor passing a cancel down to a worker, the
+    maintenance process passing an operator's action up."""
+    read_fd, write_fd = report_pipe()
+    os.set_blocking(write_fd, False)
+    return read_fd, write_fd

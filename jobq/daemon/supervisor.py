@@ -22,6 +22,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from jobq.daemon import messages
 from jobq.daemon.boards.finished import FinishedArea
@@ -67,10 +68,8 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until stopped; return the exit code."""
         self.install_signals()
-        log.info(
-            "supervisor.started pid=%s workers=%s queues=%s",
-            os.getpid(), self.num_workers, ",".join(self.settings.queues),
-        )
+        log.info("supervisor.started pid=%s workers=%s queues=%s",
+                 os.getpid(), self.num_workers, ",".join(self.settings.queues))
         try:
             self.spawn_maintenance()
             self.manage_workers()
@@ -137,30 +136,16 @@ class Supervisor:
 
     def spawn_worker(self, slot: int) -> None:
         token = secrets.token_hex(3)
-        read_fd, write_fd = messages.report_pipe()
-        control_read, control_write = messages.report_pipe()
-        os.set_blocking(control_write, False)
+        (read_fd, write_fd), (control_read, control_write) = messages.report_pipe(), messages.control_pipe()
         self.idle_board.mark(slot, False)
         self.job_board.show(slot, None)  # its predecessor's last job is not its own
         finished = FinishedArea()  # what it finished and has not written yet
-        worker = Worker(
-            self.settings, token, write_fd, self.idle_board, slot,
-            control_fd=control_read, jobs=self.job_board, finished=finished,
-        )
-        supervisor_pid = os.getpid()
-        pid = self.system.fork()
-        if pid == 0:
-            os.close(read_fd)
-            os.close(control_write)
-            become_child(worker.run, signals=SIGNALS, inherited_fds=self.inherited_fds(), die_with=supervisor_pid)
-        os.close(write_fd)
-        os.close(control_read)
-        self.system.set_process_group(pid)
+        worker = Worker(self.settings, token, write_fd, self.idle_board, slot,
+                        control_fd=control_read, jobs=self.job_board, finished=finished)
+        pid = self.fork(worker.run, ours=(read_fd, control_write), theirs=(write_fd, control_read), die_with=os.getpid())
         worker_id = worker_name(self.settings.hostname, pid, token)
-        self.workers[pid] = WorkerProcess(
-            pid, worker_id, messages.Reader(read_fd), time.monotonic(), slot, self.job_board, finished,
-            control_fd=control_write,
-        )
+        self.workers[pid] = WorkerProcess(pid, worker_id, messages.Reader(read_fd), time.monotonic(), slot,
+                                          self.job_board, finished, control_fd=control_write)
         log.info("supervisor.spawned worker=%s", worker_id)
         self.tell_maintenance(messages.Spawned(worker_id))
 
@@ -171,22 +156,27 @@ class Supervisor:
         return [slot for slot in range(self.idle_board.slots) if slot not in taken][:n]
 
     def spawn_maintenance(self) -> None:
-        read_fd, write_fd = messages.report_pipe()
-        control_read, control_write = messages.report_pipe()
-        os.set_blocking(control_write, False)
+        (read_fd, write_fd), (control_read, control_write) = messages.report_pipe(), messages.control_pipe()
         maintenance = Maintenance(self.settings, read_fd, control_write)
-        pid = self.system.fork()
-        if pid == 0:
-            os.close(write_fd)
-            os.close(control_read)
-            become_child(maintenance.run, signals=SIGNALS, inherited_fds=self.inherited_fds())
-        os.close(read_fd)
-        os.close(control_write)
+        pid = self.fork(maintenance.run, ours=(write_fd, control_read), theirs=(read_fd, control_write))
         os.set_blocking(write_fd, False)
-        self.system.set_process_group(pid)
         self.maintenance = MaintenanceProcess(pid, write_fd, messages.Reader(control_read))
         for proc in self.workers.values():
             self.maintenance.tell(messages.Spawned(proc.worker_id))
+
+    def fork(self, body: Callable[[], int], *, ours: tuple[int, ...], theirs: tuple[int, ...],
+             die_with: int | None = None) -> int:
+        """A child, in a process group of its own, running ``body`` with the pipe ends
+        ``theirs`` (closed here) and without ``ours`` (closed there): its pid."""
+        pid = self.system.fork()
+        if pid == 0:
+            for fd in ours:
+                os.close(fd)
+            become_child(body, signals=SIGNALS, inherited_fds=self.inherited_fds(), die_with=die_with)
+        for fd in theirs:
+            os.close(fd)
+        self.system.set_process_group(pid)
+        return pid
 
     def inherited_fds(self) -> list[int]:
         """The supervisor's pipe ends that a forked child must close."""
@@ -259,22 +249,16 @@ class Supervisor:
                 continue
             current = proc.running_job()  # once: the worker moves on meanwhile
             if current is not None and now > current.deadline:
-                log.error(
-                    "job.timed_out id=%s worker=%s timeout=%ss: killing the worker",
-                    current.job_id, proc.worker_id, f"{current.timeout:g}",
-                )
+                log.error("job.timed_out id=%s worker=%s timeout=%ss: killing the worker",
+                          current.job_id, proc.worker_id, f"{current.timeout:g}")
                 self.kill(proc, "timeout")
             elif proc.cancel_overdue(now):
-                log.warning(
-                    "job.cancel_killed id=%s worker=%s grace=%ss: its handler did not return; killing the worker",
-                    proc.cancelling.job_id if proc.cancelling else "-", proc.worker_id, f"{self.settings.cancel_grace:g}",
-                )
+                log.warning("job.cancel_killed id=%s worker=%s grace=%ss: its handler did not return; killing the worker",
+                            proc.cancelling.job_id if proc.cancelling else "-", proc.worker_id, f"{self.settings.cancel_grace:g}")
                 self.kill(proc, "cancel")
             elif proc.retire_deadline is not None and now > proc.retire_deadline:
-                log.warning(
-                    "supervisor.graceful_timeout worker=%s job=%s: killing it, its job goes back to pending",
-                    proc.worker_id, current.job_id if current else "-",
-                )
+                log.warning("supervisor.graceful_timeout worker=%s job=%s: killing it, its job goes back to pending",
+                            proc.worker_id, current.job_id if current else "-")
                 self.kill(proc, "shutdown")
 
     def kill(self, proc: WorkerProcess, kind: str) -> None:
@@ -310,9 +294,8 @@ class Supervisor:
     def tell_maintenance(self, message: messages.Spawned | messages.Gone) -> None:
         if self.maintenance is None:  # one spawned again is told of every live worker
             if isinstance(message, messages.Gone):
-                log.warning(
-                    "supervisor.unrecovered worker=%s: no maintenance process; the stale reaper will", message.worker_id
-                )
+                log.warning("supervisor.unrecovered worker=%s: no maintenance process; the stale reaper will",
+                            message.worker_id)
             return
         self.maintenance.tell(message)
 
