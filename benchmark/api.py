@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from common import database, emit, environment, migrated, reset
+from common import database, emit, environment, migrated, parse, reset
 from stack import gunicorn
 
 BATCH = 1000
@@ -93,11 +93,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--database-url")
     parser.add_argument("--no-notify", action="store_true",
                         help="SET jobq.notify = off for the database: what NOTIFY costs the enqueues")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
 

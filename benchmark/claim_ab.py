@@ -27,7 +27,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from common import database, emit, environment
+from common import database, emit, environment, parse
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("this", "other")
@@ -112,11 +112,9 @@ def main() -> None:
     parser.add_argument("other", type=Path, nargs="?", help="the other checkout (a directory with jobq/ and benchmark/)")
     parser.add_argument("--claims", type=int, default=4000)
     parser.add_argument("--block", type=int, default=100)
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--turn", type=int, nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse(parser)
     if args.side:
         side(args)
         return

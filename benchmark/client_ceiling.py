@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 import stack
-from common import database, emit, environment, migrated, reset
+from common import database, emit, environment, migrated, parse, reset
 from math_benchmark import make_jobs
 
 
@@ -67,9 +67,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=30, help="requests in flight (the seed's default: 30)")
     parser.add_argument("--workers", type=int, default=2, help="jobq worker processes (default: one per core)")
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
     bodies = [body for body, _ in make_jobs(args.jobs, random.Random(7))]
     rounds: dict[str, list[dict[str, float]]] = {"null": [], "jobq": []}

@@ -3,6 +3,8 @@ PostgreSQL 16 started for the run with PostgreSQL's default settings), and repor
 
 from __future__ import annotations
 
+import argparse
+
 import contextlib
 import json
 import platform
@@ -36,6 +38,23 @@ def database(url: str | None) -> Iterator[str]:
             yield server.url()
         finally:
             server.delete()
+
+
+def parse(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The script's arguments, with the two every benchmark takes: --database-url (a
+    server to use; else a throwaway embedded one) and --json (one JSON line of results)."""
+    parser.add_argument("--database-url", help="a PostgreSQL to run against (default: a throwaway embedded one)")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
+    return parser.parse_args()
+
+
+@contextlib.contextmanager
+def fresh_database(url: str | None) -> Iterator[str]:
+    """:func:`database`, migrated, with the jobq tables empty."""
+    with database(url) as url:
+        migrated(url)
+        reset(url)
+        yield url
 
 
 def migrated(url: str) -> None:

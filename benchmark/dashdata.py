@@ -25,7 +25,7 @@ from datetime import timedelta
 import psycopg
 
 import jobq
-from common import database, emit, environment, migrated, reset
+from common import emit, environment, fresh_database, parse
 from jobq.store.sql.rollup import JOB_FINISHED_BY_MINUTE
 from jobq.jobs import cursors
 from jobq.observe import rollup
@@ -58,13 +58,9 @@ def main() -> None:
     parser.add_argument("--per-minute", type=int, default=5000)
     parser.add_argument("--queues", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
-    with database(args.database_url) as url:
-        migrated(url)
-        reset(url)
+    with fresh_database(args.database_url) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("TRUNCATE jobq_minutes, job_counter_samples")
             fill_finished(conn, args.finished)

@@ -27,7 +27,7 @@ import psycopg
 
 import jobq
 import stack
-from common import database, emit, environment, migrated, percentiles, reset
+from common import database, emit, environment, migrated, parse, percentiles, reset
 
 DRAIN_STATS = (
     "SELECT count(*), extract(epoch FROM max(completed_at) - min(claimed_at)) FROM jobs WHERE status = 'done'"
@@ -97,9 +97,7 @@ def main() -> None:
     parser.add_argument("--latency-jobs", type=int, default=2000)
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--only", choices=("drain", "latency"), help="run one of the two measures")
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
     with database(args.database_url) as url:
         migrated(url)

@@ -27,7 +27,7 @@ import psycopg
 
 import jobq
 from jobq.store.connections import close_default_pool
-from common import database, emit, environment, migrated, reset
+from common import database, emit, environment, migrated, parse, reset
 
 
 def rows(n: int) -> list[dict]:
@@ -89,9 +89,7 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true", help="enqueue as the peer harness does (noop jobs, default pool)")
     parser.add_argument("--singles", type=int, default=4000, help="single enqueues for the NOTIFY comparison")
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
     jobs = rows(args.jobs)
     per_call = args.per_call or args.jobs

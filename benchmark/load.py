@@ -35,7 +35,7 @@ from rich.table import Table
 import client
 import jobq
 import stack
-from common import database, emit, environment, migrated, percentiles, reset, save_figure
+from common import database, emit, environment, migrated, parse, percentiles, reset, save_figure
 
 # Each run starts from empty tables, so every row is one of its jobs.
 TIMINGS = (
@@ -187,12 +187,10 @@ def main() -> None:
                         help="for single requests: wrk if installed (auto), else aiohttp")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--api-url")
-    parser.add_argument("--database-url")
     parser.add_argument("--no-workers", action="store_true", help="the deployment at --api-url runs its own")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--plot-dir", type=Path)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
     if args.client == "auto":
         args.client = "wrk" if client.wrk_available() else "python"
     if args.api_url and not args.database_url:

@@ -30,7 +30,7 @@ import psycopg
 
 import client
 import stack
-from common import database, emit, environment, migrated, reset
+from common import database, emit, environment, migrated, parse, reset
 
 RESULTS = (
     "SELECT id, type, status, payload, result, extract(epoch FROM completed_at - created_at), "
@@ -187,9 +187,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--api-url")
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
     if args.api_url and not args.database_url:
         parser.error("--api-url needs --database-url: results are read from the jobs table")
 

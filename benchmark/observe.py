@@ -27,7 +27,7 @@ import psycopg
 
 import jobq
 import stack
-from common import database, emit, environment, migrated, reset
+from common import emit, environment, fresh_database, parse
 from jobq.jobs import cursors
 from jobq.observe.inspection import snapshot
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE, Settings
@@ -129,13 +129,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--scrapes", type=int, default=30)
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
-    with database(args.database_url) as url:
-        migrated(url)
-        reset(url)
+    with fresh_database(args.database_url) as url:
         with psycopg.connect(url, autocommit=True) as conn:
             fill_finished(conn, args.finished)
             conn.execute(FILL_OTHERS)

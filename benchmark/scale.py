@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 
 import jobq
-from common import database, emit, environment, migrated, percentiles, reset, save_figure
+from common import emit, environment, fresh_database, parse, percentiles, save_figure
 import stack
 from jobq.store.sql.database import DATABASE_NOW
 from jobq.jobs import leases
@@ -139,15 +139,11 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every table size (0.01 for a smoke run)")
-    parser.add_argument("--database-url")
     parser.add_argument("--plot", type=Path)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
     results = []
-    with database(args.database_url) as url:
-        migrated(url)
-        reset(url)
+    with fresh_database(args.database_url) as url:
         history_partitions(url)
         have = 0
         for name, finished, backlog in SCENARIOS:

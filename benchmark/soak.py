@@ -43,7 +43,7 @@ import psycopg
 import jobq
 from jobq.jobs.ledger import Counts
 import stack
-from common import database, emit, environment, migrated, reset, save_figure
+from common import database, emit, environment, migrated, parse, reset, save_figure
 from drain import drain
 
 TICK = 0.02  # seconds between two batches of the producer
@@ -351,10 +351,8 @@ def main() -> None:
     parser.add_argument("--sample-seconds", type=float, default=60)
     parser.add_argument("--sample-percent", type=float, default=SAMPLE_PERCENT,
                         help="the share of the table's pages each sample reads for the latencies")
-    parser.add_argument("--database-url")
     parser.add_argument("--plot", type=Path)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
     with database(args.database_url) as url:
         migrated(url)

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 
 import jobq
-from common import database, emit, environment, migrated, reset
+from common import emit, environment, fresh_database, parse, reset
 from jobq.store.sql.ledger import JOB_LIST_COUNT_UP_TO, JOB_LIST_FEW, JOB_LIST_ORDER, JOB_LIST_SELECT
 from jobq.jobs.filters import JobFilter
 from jobq.jobs.ledger import COUNT_LIMIT
@@ -75,14 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--database-url")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parse(parser)
 
     result: dict = {**environment(), "jobs": args.jobs, "runs": args.runs}
-    with database(args.database_url) as url:
-        migrated(url)
-        reset(url)
+    with fresh_database(args.database_url) as url:
         started = time.perf_counter()
         fill(url, args.jobs)
         result["fill_s"] = round(time.perf_counter() - started, 1)
