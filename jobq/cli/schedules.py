@@ -4,7 +4,9 @@ audited as the OS user (:func:`jobq.jobs.audit.cli_actor`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any, TypeVar
 
 import click
 
@@ -14,11 +16,20 @@ from jobq.jobs import audit
 from jobq.schedules import stored
 from jobq.store import connections
 
+T = TypeVar("T")
+
 
 @click.group()
 def schedules() -> None:
     """Periodic schedules: list, show, pause, resume, run now, prune orphans."""
 
+
+
+def _act(action: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """An operator's action on the schedules, audited as the OS user, on the command's
+    connection."""
+    with session() as conn, connections.database_errors():
+        return action(*args, actor=audit.cli_actor(), conn=conn, **kwargs)
 
 
 def _when(value: datetime | None) -> str:
@@ -77,8 +88,7 @@ def schedules_show(name: str) -> None:
 @click.option("--reason", help="Why, for whoever looks next.")
 def schedules_pause(name: str, reason: str | None) -> None:
     """Stop a schedule firing (it stays paused across deploys) until resumed."""
-    with session() as conn, connections.database_errors():
-        stored.pause(name, reason=reason, actor=audit.cli_actor(), conn=conn)
+    _act(stored.pause, name, reason=reason)
     click.echo(f"jobq: schedule {name} paused")
 
 
@@ -86,8 +96,7 @@ def schedules_pause(name: str, reason: str | None) -> None:
 @click.argument("name")
 def schedules_resume(name: str) -> None:
     """Let a paused schedule fire again; its missed slots follow its catch_up policy."""
-    with session() as conn, connections.database_errors():
-        s = stored.resume(name, actor=audit.cli_actor(), conn=conn)
+    s = _act(stored.resume, name)
     click.echo(f"jobq: schedule {name} resumed; next run {_when(s.next_run_at)}")
 
 
@@ -95,14 +104,12 @@ def schedules_resume(name: str) -> None:
 @click.argument("name")
 def schedules_run(name: str) -> None:
     """Enqueue one job of the schedule now, outside its slots."""
-    with session() as conn, connections.database_errors():
-        job = stored.run(name, actor=audit.cli_actor(), conn=conn)
+    job = _act(stored.run, name)
     click.echo(f"jobq: schedule {name} enqueued job {job.id}")
 
 
 @schedules.command("prune")
 def schedules_prune() -> None:
     """Delete the orphaned schedules: those no live worker declares."""
-    with session() as conn, connections.database_errors():
-        names = stored.prune(actor=audit.cli_actor(), conn=conn)
+    names = _act(stored.prune)
     click.echo(f"jobq: pruned {len(names)} orphaned schedule(s)" + (f": {', '.join(names)}" if names else ""))
