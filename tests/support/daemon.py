@@ -42,8 +42,11 @@ class Daemon:
 
     def start(self, *args: str) -> Daemon:
         self.log_file = open(self.log_path, "ab")
+        # From the log's folder: `python -m` puts its working directory first on
+        # sys.path, and from the checkout that would run its jobq, not the one installed.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jobq", "worker", *args],
+            cwd=self.log_path.parent,
             env=self.env,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
