@@ -359,7 +359,7 @@ class Worker:
         # The claimed jobs are in flight before the session's lock is let go: a reconnect
         # in between would give back, as orphans, jobs this worker is about to run.
         with self.session.lock:
-            if self.in_flight.holding():  # outcomes may be waiting (a job is let go once its outcome is written)
+            if self.in_flight.held():  # outcomes may be waiting (a job is let go once its outcome is written)
                 claimed = self.outcomes.write(self.session, also=claim_and_ask) or []
                 if asked:
                     self.next_in = asked[0].result()
