@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from jobq.settings import Settings
 from jobq.store import connections
@@ -47,10 +47,16 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In the controller (or the one process with ``-n 0``), once every worker is done:
-    what the run left on a given server goes (its own servers went with their workers)."""
+    what the run left on a given server goes, and any embedded server still running in
+    the run's temporary directory is stopped (a worker that crashed left its own)."""
+    if hasattr(session.config, "workerinput"):
+        return
     url = os.environ.get(db.URL_VARIABLE)
-    if url and not hasattr(session.config, "workerinput"):
+    if url:
         db.drop_run_databases(url, session.config.stash[RUN])
+    factory = getattr(session.config, "_tmp_path_factory", None)  # what xdist gives its workers, too
+    if factory is not None:
+        db.stop_left_servers(factory.getbasetemp())
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +78,7 @@ def database_url(server_url: str, request: pytest.FixtureRequest) -> Iterator[st
 @pytest.fixture
 def empty_database(database_url: str) -> Iterator[str]:
     """The URL of a database of its own, with nothing in it (dropped after the test)."""
-    name = f"jobq_test_{uuid.uuid4().hex[:12]}"
+    name = f"{conninfo.conninfo_to_dict(database_url)['dbname']}_{uuid.uuid4().hex[:8]}"  # the run's prefix
     with psycopg.connect(database_url, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     yield db.on(database_url, name)

@@ -162,6 +162,12 @@ def drop_run_databases(server_url: str, run: str) -> None:
         drop(server_url, name)
 
 
+def stop_left_servers(root: Path) -> None:
+    """Stop every embedded server still running below ``root``."""
+    for pid_file in root.glob("**/data/postmaster.pid"):
+        EmbeddedPostgres(pid_file.parent.parent).stop(mode="immediate")
+
+
 @contextlib.contextmanager
 def migrated_instance(data_dir: Path, port: int | None = None, **settings: str) -> Iterator[EmbeddedPostgres]:
     """An embedded PostgreSQL of the caller's own, migrated, with TEST_SERVER_SETTINGS

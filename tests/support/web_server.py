@@ -22,6 +22,7 @@ from support.ports import free_port
 
 GUNICORN_CONF = Path(__file__).resolve().parents[2] / "deploy" / "gunicorn.conf.py"
 START_TIMEOUT = 30.0
+PORT_TRIES = 3
 
 
 @dataclass
@@ -45,17 +46,30 @@ class WebServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WebServer:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "web.app:create_app()"],
-                env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while not self._answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not start:\n{self.log()}")
-            time.sleep(0.1)
-        return self
+        """Return once this Gunicorn listens on its port (its log says so, with its pid)
+        and answers /health. A port another test process took since free_port() chose it
+        (the suite runs in parallel) is given up for a new one."""
+        for _ in range(PORT_TRIES):
+            seen = len(self.log()) if self.log_path.exists() else 0
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "web.app:create_app()"],
+                    env=self.env, cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            listening = f"Listening at: http://0.0.0.0:{self.port} ({self.proc.pid})"
+            deadline = time.monotonic() + START_TIMEOUT
+            while not (listening in self.log()[seen:] and self._answers()):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            else:
+                return self
+            if "Connection in use" not in self.log()[seen:]:
+                break
+            self.stop()
+            self.port = free_port()
+            self.env["PORT"] = str(self.port)
+        raise RuntimeError(f"gunicorn did not start:\n{self.log()}")
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
