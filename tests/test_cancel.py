@@ -215,12 +215,12 @@ def test_jobs_withdrawn_from_a_batch_go_back_unstarted_and_the_rest_run(ledger, 
     from jobq.store import locks
     from jobq.daemon.boards.idle import IdleBoard
     from jobq.daemon.worker.session import ClaimSession
-    from jobq.daemon.worker.loop import Worker
+    from jobq.daemon.worker.loop import WorkerLoop
     from jobq.settings import Settings
 
     mail = jobq.enqueue_many([{"type": "noop", "queue": "mail", "priority": 9}] * 2, conn=ledger)
     kept, cancelled = jobq.enqueue_many([{"type": "noop", "priority": 5}] * 2, conn=ledger)
-    worker = Worker(Settings.from_env({}, queues="default,mail"), "tok", -1, IdleBoard(), 0)
+    worker = WorkerLoop(Settings.from_env({}, queues="default,mail"), "tok", -1, IdleBoard(), 0)
     worker.worker_id = "host:1:tok"
     lock_base = locks.key(Settings.from_env({}).advisory_namespace, 0)
     worker.session = ClaimSession(database_url, worker_id=worker.worker_id, lock_base=lock_base,

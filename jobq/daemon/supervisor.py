@@ -31,7 +31,7 @@ from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.maintenance.duties import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker.loop import EXIT_BOOT_ERROR, EXIT_OK, Worker, worker_name
+from jobq.daemon.worker.loop import EXIT_BOOT_ERROR, EXIT_OK, WorkerLoop, worker_name
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class Supervisor:
         self.idle_board.mark(slot, False)
         self.job_board.show(slot, None)  # its predecessor's last job is not its own
         finished = FinishedArea()  # what it finished and has not written yet
-        worker = Worker(self.settings, token, write_fd, self.idle_board, slot,
+        worker = WorkerLoop(self.settings, token, write_fd, self.idle_board, slot,
                         control_fd=control_read, jobs=self.job_board, finished=finished)
         pid = self.fork(worker.run, ours=(read_fd, control_write), theirs=(write_fd, control_read), die_with=os.getpid())
         worker_id = worker_name(self.settings.hostname, pid, token)

@@ -123,7 +123,7 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
+class RecordedFailure:
     """The outcome of a failed run: retried after ``delay`` seconds or dead-lettered."""
 
     job_id: int
@@ -202,7 +202,7 @@ def fail(
     *,
     max_retries: Sequence[int | None] | None = None,
     lock_base: int,
-) -> Deferred[tuple[list[Failure], set[int]]]:
+) -> Deferred[tuple[list[RecordedFailure], set[int]]]:
     """Record failed runs: back to pending after ``delays`` (attempt + 1) while retries
     remain, else dead and copied into dead_letter_jobs. Non-None ``max_retries`` replace
     the row's limit. A job going back to pending whose idempotency key another job took
@@ -221,13 +221,13 @@ def fail(
         },
     )
 
-    def read() -> tuple[list[Failure], set[int]]:
+    def read() -> tuple[list[RecordedFailure], set[int]]:
         recorded, rejected = [], set()
         for job_id, status, attempt, run_at, _ in cur.fetchall():
             if status is None:
                 rejected.add(job_id)
             else:
-                recorded.append(Failure(job_id, status, attempt, run_at))
+                recorded.append(RecordedFailure(job_id, status, attempt, run_at))
         return recorded, rejected
 
     return Deferred(read)

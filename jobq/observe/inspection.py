@@ -43,7 +43,7 @@ class OldestPending:
 
 
 @dataclass(frozen=True)
-class Failure:
+class RecentFailure:
     id: int
     type: str
     queue: str
@@ -79,7 +79,7 @@ class Snapshot:
     totals: dict[str, int]
     workers: list[WorkerRow]
     oldest_pending: OldestPending | None
-    recent_failures: list[Failure]
+    recent_failures: list[RecentFailure]
     dead_letters_waiting: int
     dead_letters: list[DeadRow]
     advisory_locks: list[LockRow]
@@ -97,7 +97,7 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
     pending_queues = [q for q, depths in queues.items() if depths["pending"]]
     oldest = conn.execute(JOB_GET_OLDEST_DUE, {"queues": pending_queues}).fetchone()  # oldest first
     failures = [
-        Failure(*row[:6], last_line(row[6]), row[7])
+        RecentFailure(*row[:6], last_line(row[6]), row[7])
         for row in conn.execute(JOB_LIST_RECENT_FAILURES, {"limit": RECENT})
     ]
     waiting = int(conn.execute(DEAD_LETTER_COUNT_WAITING).fetchone()[0])  # type: ignore[index]

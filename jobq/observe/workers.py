@@ -11,7 +11,7 @@ from jobq.observe.inspection import WorkerRow
 
 
 @dataclass(frozen=True)
-class Worker(WorkerRow):
+class RegisteredWorker(WorkerRow):
     """One registered worker process now, as `jobq inspect` shows it (its job's
     ``progress`` included), and the type and status of the job it runs and how long it
     has run (from its start, or its claim); None when idle."""
@@ -25,7 +25,7 @@ class Worker(WorkerRow):
         return self.heartbeat_age_seconds < stale_seconds
 
 
-def list_workers(*, conn: Connection | None = None) -> list[Worker]:
+def list_workers(*, conn: Connection | None = None) -> list[RegisteredWorker]:
     """Every registered worker, by host and pid, with the job it runs: one statement."""
     with connection(conn) as c:
-        return [Worker(*row) for row in c.execute(WORKER_LIST_WITH_JOB)]
+        return [RegisteredWorker(*row) for row in c.execute(WORKER_LIST_WITH_JOB)]

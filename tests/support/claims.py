@@ -47,7 +47,7 @@ def complete(conn: psycopg.Connection, claimed: Sequence[leases.Claim]) -> set[i
 
 def fail(
     conn: psycopg.Connection, claimed: Sequence[leases.Claim], error: str = "boom", delay: float = 0.0
-) -> tuple[list[leases.Failure], set[int]]:
+) -> tuple[list[leases.RecordedFailure], set[int]]:
     n = len(claimed)
     return sent_again(
         conn, lambda: leases.fail(conn, claimed, [error] * n, [delay] * n, [0.0] * n, lock_base=LOCK_BASE).result()

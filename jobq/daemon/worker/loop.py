@@ -1,7 +1,7 @@
 """A worker process: claim due jobs of its queues, run them one at a time, record
 their outcomes, and sleep on LISTEN when there is nothing to do.
 
-The supervisor builds a :class:`Worker` before the fork and calls :meth:`run` in the
+The supervisor builds a :class:`WorkerLoop` before the fork and calls :meth:`run` in the
 child; everything that opens a file, a socket or a connection happens there. The
 loop, top to bottom::
 
@@ -12,7 +12,7 @@ loop, top to bottom::
                    the next claim
     stop asked -> give back claimed jobs, flush, leave
 
-Operators reach a worker through its control pipe (:meth:`Worker.handle_control`, on
+Operators reach a worker through its control pipe (:meth:`WorkerLoop.handle_control`, on
 SIGUSR1 from the supervisor): a cancel of the running job raises
 :class:`jobq.Cancelled` in its handler; cancelled jobs and jobs of a paused queue
 still waiting in the batch are given back unstarted.
@@ -66,7 +66,7 @@ EXIT_BOOT_ERROR = 3
 EXIT_DATABASE_ERROR = 4
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
-UNASKED = object()  # Worker.next_in before the database was asked
+UNASKED = object()  # WorkerLoop.next_in before the database was asked
 SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
 
 
@@ -88,7 +88,7 @@ class BootFailure(Exception):
     """The worker cannot start (a handler module does not import, the schema is too old)."""
 
 
-class Worker:
+class WorkerLoop:
     """One worker process. The constructor has no side effects; :meth:`run` does the work."""
 
     def __init__(

@@ -67,7 +67,7 @@ class Written:
     failed: list[Flight] = field(default_factory=list)
     snoozed: list[Flight] = field(default_factory=list)
     cancelled: list[Flight] = field(default_factory=list)
-    failures: list[leases.Failure] = field(default_factory=list)
+    failures: list[leases.RecordedFailure] = field(default_factory=list)
     rejected: set[int] = field(default_factory=set)
 
     @classmethod
@@ -221,7 +221,7 @@ class OutcomeWriter:
 
     def _send_failed(
         self, conn: Connection, failed: list[Flight]
-    ) -> leases.Deferred[tuple[list[leases.Failure], set[int]]] | None:
+    ) -> leases.Deferred[tuple[list[leases.RecordedFailure], set[int]]] | None:
         if not failed:
             return None
         outcomes = [f.outcome for f in failed]
