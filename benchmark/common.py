@@ -77,6 +77,11 @@ def percentiles(values: list[float], points: tuple[float, ...] = (50, 95, 99)) -
     return {f"p{int(p) if p == int(p) else p}": cuts[int(p * 10) - 1] for p in points}
 
 
+def timing(label: str, figures: dict[str, float]) -> str:
+    """One line of a timing report: ``label median M ms, max X ms``."""
+    return f"{label} median {figures['median_ms']} ms, max {figures['max_ms']} ms"
+
+
 def environment() -> dict[str, str]:
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -25,7 +25,7 @@ from datetime import timedelta
 import psycopg
 
 import jobq
-from common import emit, environment, fresh_database, parse
+from common import emit, environment, fresh_database, parse, timing
 from jobq.store.sql.rollup import JOB_FINISHED_BY_MINUTE
 from jobq.jobs import cursors
 from jobq.observe import rollup
@@ -130,12 +130,12 @@ def main() -> None:
         emit(result, True)
     else:
         print(f"table: {rows:,} jobs, {in_minute:,} done in the minute rolled up, {args.queues} queues")
-        print(f"rollup.take, one minute      median {take_minute['median_ms']} ms, max {take_minute['max_ms']} ms")
-        print(f"rollup.take, 15 minutes      median {catch_up['median_ms']} ms, max {catch_up['max_ms']} ms")
+        print(timing("rollup.take, one minute     ", take_minute))
+        print(timing("rollup.take, 15 minutes     ", catch_up))
         for name, figures in series.items():
-            print(f"rollup.series {name:<16} median {figures['median_ms']} ms, max {figures['max_ms']} ms")
+            print(timing(f"rollup.series {name:<16}", figures))
         for name, figures in pages.items():
-            print(f"list_jobs {name:<40} median {figures['median_ms']} ms, max {figures['max_ms']} ms")
+            print(timing(f"list_jobs {name:<40}", figures))
         print(plan)
 
 

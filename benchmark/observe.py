@@ -27,7 +27,7 @@ import psycopg
 
 import jobq
 import stack
-from common import emit, environment, fresh_database, parse
+from common import emit, environment, fresh_database, parse, timing
 from jobq.jobs import cursors
 from jobq.observe.inspection import snapshot
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE, Settings
@@ -166,12 +166,12 @@ def main() -> None:
         emit(result, True)
     else:
         print(f"table: {rows:,} jobs {depth}")
-        print(f"GET /metrics             median {scrape_json['median_ms']} ms, max {scrape_json['max_ms']} ms")
-        print(f"GET /metrics/prometheus  median {scrape_prometheus['median_ms']} ms, max {scrape_prometheus['max_ms']} ms")
+        print(timing("GET /metrics            ", scrape_json))
+        print(timing("GET /metrics/prometheus ", scrape_prometheus))
         print(f"jobq inspect --json      median {command['median_ms']} ms (the whole command), "
               f"snapshot alone {inspect_query['median_ms']} ms")
         for name, figures in pages.items():
-            print(f"dashboard {name:38} median {figures['median_ms']} ms, max {figures['max_ms']} ms, "
+            print(timing(f"dashboard {name:38}", figures) + ", "
                   f"{figures['statements']:g} statements")
 
 

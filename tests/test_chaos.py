@@ -228,10 +228,7 @@ def test_every_jobq_backend_terminated_mid_drain(ledger, daemon):
 
 
 def test_a_worker_stopped_past_the_stale_threshold_loses_nothing_and_runs_nothing_twice(ledger, daemon):
-    jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.01}}] * 300, conn=ledger)
-    d = daemon(2)
-    wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 50, 30, "jobs flowing")
-    victim = worker_pids(ledger)[0]
+    jobs, d, victim = flowing_with_a_victim(ledger, daemon)
     os.kill(victim, signal.SIGSTOP)
     time.sleep(3)  # twice the stale threshold
     os.kill(victim, signal.SIGCONT)
@@ -240,10 +237,7 @@ def test_a_worker_stopped_past_the_stale_threshold_loses_nothing_and_runs_nothin
 
 
 def test_a_worker_cut_off_past_the_stale_threshold_keeps_its_jobs_and_runs_nothing_twice(ledger, daemon):
-    jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.01}}] * 300, conn=ledger)
-    d = daemon(2)
-    wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 50, 30, "jobs flowing")
-    victim = worker_pids(ledger)[0]
+    jobs, d, victim = flowing_with_a_victim(ledger, daemon)
     os.kill(victim, signal.SIGSTOP)  # it cannot reconnect before it is let go on
     session = f"jobq worker %:{victim}:%"
     ledger.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s", (session,))
@@ -255,6 +249,14 @@ def test_a_worker_cut_off_past_the_stale_threshold_keeps_its_jobs_and_runs_nothi
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
     assert "reaper.reclaimed" not in d.log() and "worker.reconnected" in d.log()
     tally(ledger, "a worker cut off for 2x the stale threshold", jobs, [d])
+
+
+def flowing_with_a_victim(ledger, daemon):
+    """300 short jobs flowing through two workers (50 done), and one worker's pid."""
+    jobs = jobq.enqueue_many([{"type": "ledger_sleep", "payload": {"seconds": 0.01}}] * 300, conn=ledger)
+    d = daemon(2)
+    wait_for(lambda: jobq.counts(conn=ledger).depth["done"] >= 50, 30, "jobs flowing")
+    return jobs, d, worker_pids(ledger)[0]
 
 
 def held_by(conn, pid: int) -> list[int]:

@@ -18,20 +18,8 @@ import pytest
 import jobq
 from support.claims import LOCK_BASE, claim, complete
 from support.waiting import wait_for
-from jobq.store.sql.leases import (
-    CLAIM_SESSION_PLANNER,
-    JOB_HEARTBEAT_IF_LEASED,
-    JOB_RELOCK_IF_LEASED,
-    JOB_SET_PROGRESS_IF_LEASED,
-    JOB_START_IF_LEASED,
-)
-from jobq.store.sql.outcomes import (
-    JOB_CANCEL_IF_LEASED,
-    JOB_COMPLETE_IF_LEASED,
-    JOB_FAIL_IF_LEASED,
-    JOB_RELEASE_IF_LEASED,
-    JOB_SNOOZE_IF_LEASED,
-)
+from jobq.store.sql import leases as lease_statements, outcomes as outcome_statements
+from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.jobs import leases
 from jobq.store import statistics
 from jobq.store.migrate import migrate
@@ -41,16 +29,11 @@ pytestmark = [pytest.mark.db, pytest.mark.once]
 
 INDEX_SCAN = re.compile(r"(?:Index Scan|Index Only Scan) using (\w+)|Bitmap Index Scan on (\w+)")
 
-BY_ID = {
-    "JOB_START_IF_LEASED": JOB_START_IF_LEASED,
-    "JOB_HEARTBEAT_IF_LEASED": JOB_HEARTBEAT_IF_LEASED,
-    "JOB_COMPLETE_IF_LEASED": JOB_COMPLETE_IF_LEASED,
-    "JOB_FAIL_IF_LEASED": JOB_FAIL_IF_LEASED,
-    "JOB_RELEASE_IF_LEASED": JOB_RELEASE_IF_LEASED,
-    "JOB_CANCEL_IF_LEASED": JOB_CANCEL_IF_LEASED,
-    "JOB_SNOOZE_IF_LEASED": JOB_SNOOZE_IF_LEASED,
-    "JOB_RELOCK_IF_LEASED": JOB_RELOCK_IF_LEASED,
-    "JOB_SET_PROGRESS_IF_LEASED": JOB_SET_PROGRESS_IF_LEASED,
+BY_ID = {  # every write of a leased job by id: each guards on its lease
+    name: getattr(module, name)
+    for module in (lease_statements, outcome_statements)
+    for name in dir(module)
+    if name.endswith("_IF_LEASED")
 }
 
 

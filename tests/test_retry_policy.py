@@ -19,6 +19,13 @@ def dead(conn, job_id: int) -> jobq.Job | None:
     return job if job.status == "dead" else None
 
 
+def run_until_dead(ledger, daemon, job_type: str, what: str) -> jobq.Job:
+    """A job of ``job_type`` (5 retries allowed) run by one worker until it is dead."""
+    job = jobq.enqueue(job_type, max_retries=5, conn=ledger)
+    daemon(1)
+    return wait_for(lambda: dead(ledger, job.id), 20, what)
+
+
 @pytest.mark.unit
 def test_register_refuses_a_bad_policy_naming_it():
     for kwargs, field in (
@@ -45,19 +52,17 @@ def test_a_handler_says_which_exceptions_are_not_retried_and_how_long_to_wait():
 @pytest.mark.db
 @pytest.mark.daemon
 def test_an_exception_in_discard_on_goes_to_the_dead_letters_without_its_retries(ledger, daemon):
-    job = jobq.enqueue("discard_permanent", max_retries=5, conn=ledger)
-    daemon(1)
-    done = wait_for(lambda: dead(ledger, job.id), 20, "the job dead on its permanent error")
+    done = run_until_dead(ledger, daemon, "discard_permanent", "the job dead on its permanent error")
     assert done.attempt == 1 and len(done.errors) == 2  # one retry (the transient error), not five
     first, second = done.errors
     assert "Transient" in first["error"] and "not retried" not in first["error"]
     assert second["error"].startswith("not retried: Permanent is in discard_on of 'discard_permanent'")
-    letter = ledger.execute("SELECT error, attempts FROM dead_letter_jobs WHERE original_id = %s", (job.id,)).fetchone()
+    letter = ledger.execute("SELECT error, attempts FROM dead_letter_jobs WHERE original_id = %s", (done.id,)).fetchone()
     assert letter[0].startswith("not retried:") and letter[1] == 2
     # the handler's own backoff (0.2 s), not the global 5 s, separated the two runs
     gap = ledger.execute(
         "SELECT extract(epoch FROM (errors->1->>'at')::timestamptz - (errors->0->>'at')::timestamptz) FROM jobs WHERE id = %s",
-        (job.id,),
+        (done.id,),
     ).fetchone()[0]
     assert 0.2 <= gap < 3
 
@@ -65,9 +70,7 @@ def test_an_exception_in_discard_on_goes_to_the_dead_letters_without_its_retries
 @pytest.mark.db
 @pytest.mark.daemon
 def test_retry_on_retries_only_those_exceptions_with_the_handlers_backoff(ledger, daemon):
-    job = jobq.enqueue("retry_only_transient", max_retries=5, conn=ledger)
-    daemon(1)
-    done = wait_for(lambda: dead(ledger, job.id), 20, "the job dead on the exception retry_on leaves out")
+    done = run_until_dead(ledger, daemon, "retry_only_transient", "the job dead on the exception retry_on leaves out")
     assert done.attempt == 2 and [("Transient" in e["error"]) for e in done.errors] == [True, True, False]
     assert done.errors[2]["error"].startswith("not retried: ValueError is not in retry_on")
     assert jobq.counts(conn=ledger).totals["failed_runs_total"] == 3

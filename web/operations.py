@@ -15,15 +15,7 @@ from web import jsonio
 from web.auth import request_actor
 from web.blueprints import resource
 from web.context import api
-from web.schemas import (
-    BulkRequest,
-    DeadLetterGroupPath,
-    DryRunOut,
-    Error,
-    OperationOut,
-    OperationPath,
-    ValidationFailure,
-)
+from web.schemas import BulkRequest, DeadLetterGroupPath, DryRunOut, Error, OperationOut, OperationPath, ValidationFailure
 
 # Two blueprints: /jobs/bulk takes a JSON body (checked before validation, as /jobs
 # does); the group actions take none.

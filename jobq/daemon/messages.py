@@ -1,27 +1,15 @@
 """What crosses the pipes of the daemon, one text line per message.
 
-Worker -> supervisor (the worker's report pipe):
-    ``B <reason>``   cannot boot (then exits)
+Worker -> supervisor (the worker's report pipe): ``B`` (:class:`BootError`).
 (The job a worker runs, a :class:`Started`, is on the job board instead: shared
 memory, no message per job, :mod:`jobq.daemon.boards.jobs`.)
 
-Supervisor -> maintenance:
-    ``S <worker_id>``  a worker of this supervisor is alive (sent at its spawn, and for
-    every live worker to a maintenance process spawned again): the stale reaper leaves
-    its jobs alone, however late their heartbeat (its own session re-locks them when
-    it is back; its ``G`` recovers them if it dies).
-    ``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``  a worker is gone;
-    recover its in-flight jobs. ``kind`` is ``crash``, ``timeout``, ``cancel`` or
-    ``shutdown``; job_id and lease are 0 when it ran no job.
-    ``D <worker_id> <job_id> <lease> <seconds> <result>``  before its ``G``, one per
-    job the gone worker had finished and perhaps not written (from its finished area,
-    :mod:`jobq.daemon.boards.finished`); ``result`` is JSON text, empty for none. The
-    :class:`Reader` hands them over inside the ``Gone``, as ``finished``.
+Supervisor -> maintenance: ``S`` (:class:`Spawned`), ``G`` (:class:`Gone`), and before
+a ``G`` its ``D`` lines (:class:`Noted`), which the :class:`Reader` hands over inside
+the ``Gone``, as ``finished``.
 
-Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read
-when a SIGUSR1 says there is something):
-    ``C <job_id>``   the job was cancelled: stop running it, do not start it
-    ``P <queue>``    the queue was paused: do not start its jobs already claimed
+Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read when
+a SIGUSR1 says there is something): ``C`` (:class:`Cancel`), ``P`` (:class:`Pause`).
 """
 
 from __future__ import annotations
@@ -50,26 +38,42 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class BootError:
+    """``B <reason>``: the worker cannot boot (then exits)."""
+
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
+    """``C <job_id>``: the job was cancelled; a worker stops running it, or does not
+    start it."""
+
     job_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class Pause:
+    """``P <queue>``: the queue was paused; a worker does not start its jobs already claimed."""
+
     queue: str
 
 
 @dataclass(frozen=True, slots=True)
 class Spawned:
+    """``S <worker_id>``: a worker of this supervisor is alive (sent at its spawn, and
+    for every live worker to a maintenance process spawned again). The stale reaper
+    leaves its jobs alone, however late their heartbeat: its own session re-locks them
+    when it is back, and its ``G`` recovers them if it dies."""
+
     worker_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class Gone:
+    """``G <worker_id> <job_id> <lease> <kind> <timeout> <detail>``: a worker is gone;
+    maintenance recovers its in-flight jobs. ``kind`` is ``crash``, ``timeout``,
+    ``cancel`` or ``shutdown``; ``job_id`` and ``lease`` are 0 when it ran no job."""
+
     worker_id: str
     job_id: int  # 0: no job was running
     lease: int
@@ -93,7 +97,10 @@ class Gone:
 
 @dataclass(frozen=True, slots=True)
 class Noted:
-    """One of a gone worker's finished jobs, on its way to maintenance (a ``D`` line)."""
+    """``D <worker_id> <job_id> <lease> <seconds> <result>``: one job the gone worker
+    had finished and perhaps not written (from its finished area,
+    :mod:`jobq.daemon.boards.finished`), sent before its ``G``; ``result`` is JSON
+    text, empty for none."""
 
     worker_id: str
     finished: Finished
