@@ -1,18 +1,19 @@
 # jobq: the commands a newcomer needs.
 #   make run    the whole system on this machine (embedded PostgreSQL, API, workers)
 #   make test   the whole test suite (what CI runs), in parallel
+#   make docs   the documentation site into site/ (mkdocs --strict, offline)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
-AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard scale
+AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard scale docs
 # The suite runs in this many pytest-xdist processes, each on a PostgreSQL database of its
 # own (tests/support/db.py). Much of it waits on subprocesses, so more processes than
 # cores: measured on 2 cores, 3 is faster than 2 or 4 (README's "Tests").
 # TEST_PROCESSES=0 (or PYTEST_ARGS='-n 0') runs it serially in one process, for pdb and -x.
 TEST_PROCESSES ?= 3
 
-.PHONY: run test browser $(addprefix test-,$(AREAS)) coverage clean
+.PHONY: run test docs browser $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,13 @@ test: $(BIN)/python
 	$(BIN)/python -m pip install --quiet '.[test]'
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml, docs/): its tools are the docs extra. --strict
+# fails on a broken link, anchor or API reference; the build needs no network.
+docs: $(BIN)/python
+	$(BIN)/python -m pip install --quiet '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "make docs: open site/index.html"
+
 # The dashboard's browser tests drive Debian's chromium through chromedriver (never a
 # browser downloaded at test time). Installed with apt-get when missing and run as root;
 # otherwise one line says what to do. Runs for the whole suite and the dashboard area only.
@@ -63,4 +71,4 @@ coverage:
 	$(MAKE) test PYTEST_ARGS="--cov --cov-report=term --cov-report=html $(PYTEST_ARGS)"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage*
+	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage* site

@@ -10,7 +10,7 @@
     jobq.enqueue("send_email", {"to": "a@example.com"}, priority=8)
 
 Inside your own transaction, pass your connection: the job exists, and wakes a
-worker, only when you commit::
+worker, only when you commit:
 
     with psycopg.connect(url) as conn:
         conn.execute("INSERT INTO orders ...")

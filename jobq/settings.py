@@ -84,60 +84,128 @@ def _split_names(value: object) -> object:
     return value
 
 
-class Settings(BaseModel):
-    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X``."""
+def _cpu_count() -> int:
+    """the CPU count"""
+    return os.cpu_count() or 1
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+def _hostname() -> str:
+    """the machine's host name"""
+    return socket.gethostname()
+
+
+class Settings(BaseModel):
+    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X``.
+
+    Each field's docstring is its row in the documentation's configuration table
+    (``tools/settings_table.py`` writes it; a test checks the page is current)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     database_url: str | None = None
+    """PostgreSQL URL (libpq syntax). Required by every process."""
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
+    """The API's port (Gunicorn binds `0.0.0.0:$PORT`)."""
 
     handlers: Names = ()
+    """Comma-separated modules imported by workers (your `@jobq.register` handlers)."""
     advisory_namespace: int = Field(DEFAULT_ADVISORY_NAMESPACE, ge=0, le=0xFFFF)
+    """High 16 bits of jobq's advisory lock keys (`27249` is `0x6A71`)."""
 
     backoff_base: Seconds = DEFAULT_BACKOFF_BASE
+    """Delay after the first failed run; doubles with each attempt."""
     backoff_cap: Seconds = DEFAULT_BACKOFF_CAP
+    """Longest delay between two runs."""
     backoff_jitter: float = Field(DEFAULT_BACKOFF_JITTER, ge=0, le=1)
+    """Random spread of delays (0.1: ±10 %)."""
 
-    concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
+    concurrency: int = Field(default_factory=_cpu_count, ge=1, le=512)
+    """Worker processes per supervisor (`jobq worker --concurrency`)."""
     # Names this supervisor's host in worker ids (host:pid:token), in workers.hostname and
     # in its sessions' application_name: one word, so that log lines stay key=value.
-    hostname: str = Field(default_factory=socket.gethostname, pattern=r"^\S+$", max_length=255)
+    hostname: str = Field(default_factory=_hostname, pattern=r"^\S+$", max_length=255)
+    """Names a supervisor's host in its worker ids (`host:pid:token`), in
+    `workers.hostname` and in its sessions' `application_name`; one word. Set it where
+    containers share a host name or where the platform's is meaningless (a Heroku dyno's
+    is a random id: `worker: JOBQ_HOSTNAME=$DYNO jobq worker` in the Procfile names it
+    `worker.1`, `worker.2`...)."""
     queues: Names = DEFAULT_QUEUES
+    """Comma-separated queues a supervisor's workers take jobs from (`--queues`)."""
     poll_interval: Seconds = DEFAULT_POLL_INTERVAL
+    """An idle worker's longest wait without a notification."""
     heartbeat_interval: Seconds = DEFAULT_HEARTBEAT_INTERVAL
+    """Between two heartbeats of a worker and its jobs."""
     reaper_interval: Seconds = DEFAULT_REAPER_INTERVAL
+    """Between two passes of the stale reaper (and retention)."""
     stale_threshold: Seconds = DEFAULT_STALE_THRESHOLD
+    """Heartbeat age after which a job whose session is gone is taken back; must exceed
+    the heartbeat interval."""
     job_timeout: Seconds = DEFAULT_JOB_TIMEOUT
+    """A job's time limit unless its handler sets one; past it the worker is killed."""
     graceful_timeout: NonNegativeSeconds = DEFAULT_GRACEFUL_TIMEOUT
+    """How long running jobs get to finish at shutdown (under Heroku's 30 s)."""
     cancel_grace: NonNegativeSeconds = DEFAULT_CANCEL_GRACE
+    """How long a cancelled running job's handler has to return before its worker is
+    killed."""
     max_jobs_per_child: int = Field(DEFAULT_MAX_JOBS_PER_CHILD, ge=0)
+    """Recycle a worker after this many jobs (0: never)."""
     max_snoozes: int = Field(DEFAULT_MAX_SNOOZES, ge=0)
+    """Snoozes a job may take (`jobq.Snooze`); past this a snooze is a failed run."""
     catch_up_max: int = Field(DEFAULT_CATCH_UP_MAX, ge=1, le=100_000)
+    """Missed slots a `catch_up="all"` schedule enqueues at most (the latest)."""
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
+    """Most jobs a worker claims in one round trip while jobs are short."""
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
+    """A connection whose other end vanished without a word is ended, by jobq and by the
+    server, within about this long (keepalive probes after a third of it idle, then
+    every sixth; `tcp_user_timeout` of all of it); at least 1, or 0 for the system
+    defaults."""
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION
+    """Finished (done, dead, cancelled) jobs older than this go: their partition is
+    dropped once all of it is older, so a job stays up to one `JOBQ_PARTITION_INTERVAL`
+    longer; 0 keeps everything. Dead letters stay."""
     audit_retention: NonNegativeSeconds = DEFAULT_AUDIT_RETENTION  # 0: keep the audit trail for ever
+    """Audit rows older than this (90 days) are deleted by the maintenance leader; 0
+    keeps them all."""
     partition_interval: float = Field(DEFAULT_PARTITION_INTERVAL, ge=MIN_PARTITION_INTERVAL, allow_inf_nan=False)
+    """The time range of each partition of finished jobs (a day), made ahead by the
+    maintenance leader; at least 1."""
     dead_letter_retention: NonNegativeSeconds = DEFAULT_DEAD_LETTER_RETENTION  # 0: until replayed or discarded
+    """Dead letters (replayed or not) older than this are deleted by the maintenance
+    leader; 0 keeps them until replayed or discarded."""
     sample_retention: float = Field(DEFAULT_SAMPLE_RETENTION, ge=DEFAULT_SAMPLE_RETENTION, allow_inf_nan=False)
+    """Samples of the counters behind the trailing-window metrics are kept this long;
+    at least 900, the longest window."""
     rollup_retention: float = Field(DEFAULT_ROLLUP_RETENTION, ge=MIN_ROLLUP_RETENTION, allow_inf_nan=False)
+    """Minutes of the per-minute history (`GET /stats`) older than this (2 days) are
+    deleted by the maintenance leader; at least 86400, the longest window."""
     log_format: Literal["text", "json"] = "text"
+    """`text`, or `json` for one JSON object per line."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """`DEBUG`, `INFO`, `WARNING` or `ERROR`."""
 
     api_token: str | None = None
+    """When set, every route but `/health`, `/` and the dashboard's (which ask for it in
+    a login form) requires `Authorization: Bearer <token>`."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
+    """Largest request body the API accepts (413 above)."""
     max_pending: int | None = Field(None, ge=0)
+    """Admission control: `POST /jobs` answers 429 while more jobs than this are
+    pending."""
     api_statement_timeout: NonNegativeSeconds = DEFAULT_API_STATEMENT_TIMEOUT  # 0: the server's own
+    """An API statement running longer (waiting on a lock, a stuck server) is cancelled
+    and the request answers 503; 0 leaves the server's `statement_timeout`."""
 
-    # The web dashboard (web/dashboard): full (default), readonly (no actions), off (no routes).
     dashboard: Literal["full", "readonly", "off"] = "full"
-    # True: the dashboard shows no job payload or result anywhere.
+    """The web dashboard: `full` (pages and actions), `readonly` (pages only: the action
+    routes do not exist) or `off` (no dashboard route; `/` answers 404)."""
     dashboard_hide_payloads: bool = False
-    # Signs the dashboard's session cookie; unset: derived from JOBQ_API_TOKEN (or, without
-    # a token, from the database's audit key), the same in every process.
+    """`1`: the dashboard shows no job payload or result anywhere."""
     secret_key: str | None = Field(None, min_length=16)
+    """Signs the dashboard's login cookie (at least 16 characters); unset, it is derived
+    from `JOBQ_API_TOKEN` (or, without a token, from the database's audit key), the same
+    in every process."""
 
     @field_validator("handlers", "queues", mode="before")
     @classmethod

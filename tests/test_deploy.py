@@ -79,10 +79,10 @@ def test_app_json_declares_postgres_the_formation_and_every_setting():
     assert all(entry["description"] for entry in app["env"].values())
 
 
-def test_readme_documents_every_setting_with_its_variable_name():
-    readme = (ROOT / "README.md").read_text()
+def test_the_configuration_page_documents_every_setting_with_its_variable_name():
+    page = (ROOT / "docs" / "configuration.md").read_text()
     for field in Settings.model_fields:
-        assert f"`{variable_name(field)}`" in readme, variable_name(field)
+        assert f"| `{variable_name(field)}` |" in page, variable_name(field)
 
 
 def test_systemd_units_run_the_supervisor_and_gunicorn():
