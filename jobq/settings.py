@@ -18,7 +18,9 @@ import threading
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
+import psycopg
 import pydantic
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobq.handlers.backoff import retry_delay
@@ -71,6 +73,9 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # healthy statement of the API's takes.
 DEFAULT_API_STATEMENT_TIMEOUT = 5.0
 DEFAULT_PORT = 8000
+# The exit code of a process that stops at start-up on a bad configuration value (the
+# jobq command, its supervisor, Gunicorn's config): the same as a command-line usage error.
+EXIT_CONFIG = 2
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -138,6 +143,22 @@ class Settings(BaseModel):
     # Signs the dashboard's session cookie; unset: derived from JOBQ_API_TOKEN (or, without
     # a token, from the database's audit key), the same in every process.
     secret_key: str | None = Field(None, min_length=16)
+
+    @field_validator("database_url")
+    @classmethod
+    def _parses_as_conninfo(cls, value: str | None) -> str | None:
+        """Parsed as libpq would, before anything connects or forks: a typo stops start-up
+        with one line, not a crash loop of children that each fail to connect."""
+        if value is not None:
+            try:
+                conninfo_to_dict(value)
+            except psycopg.ProgrammingError as exc:
+                # psycopg quotes what it could not parse: the whole value (maybe with a
+                # password) is never repeated, a parameter's name is.
+                reason = str(exc).strip().replace(f'"{value}"', "the value")
+                raise ValueError(f"is not a PostgreSQL URL (postgresql://user@host:5432/dbname) "
+                                 f"or key=value connection string: {reason}") from None
+        return value
 
     @field_validator("handlers", "queues", mode="before")
     @classmethod
@@ -216,7 +237,8 @@ def _config_error(exc: pydantic.ValidationError) -> ConfigError:
     variable = variable_name(field) if field else "configuration"
     value = first.get("input")
     shown = f" (got {value!r})" if isinstance(value, (str, int, float)) and field not in _SECRETS else ""
-    return ConfigError(variable, f"{first['msg']}{shown}")
+    message = str(first["msg"]).removeprefix("Value error, ")  # a validator's own words
+    return ConfigError(variable, f"{message}{shown}")
 
 
 _current: Settings | None = None

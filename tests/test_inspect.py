@@ -40,3 +40,19 @@ def test_inspect_prints_tables(conn, database_url):
     for title in ("depth by queue and status", "workers", "oldest due pending job", "recent failures",
                   "dead letters waiting", "advisory locks held"):
         assert title in result.stdout
+
+
+def test_inspect_lists_only_the_advisory_locks_of_its_own_database(conn, database_url, server_url):
+    """pg_locks shows every database's locks: another jobq's on the same server are not ours."""
+    from jobq.observe.inspection import snapshot
+    from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+    from jobq.store import locks
+    from support.db import on
+
+    other_key = locks.key(DEFAULT_ADVISORY_NAMESPACE, 987654)
+    with psycopg.connect(on(server_url, "postgres"), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", (other_key,))
+        with psycopg.connect(database_url, autocommit=True) as ours:
+            ours.execute("SELECT pg_advisory_lock(%s)", (locks.key(DEFAULT_ADVISORY_NAMESPACE, 123456),))
+            held = snapshot(conn, namespace=DEFAULT_ADVISORY_NAMESPACE).to_dict()["advisory_locks"]
+    assert [lock["holds"] for lock in held] == ["job 123456"]

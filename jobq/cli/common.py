@@ -19,12 +19,12 @@ from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 from jobq.store import connections
 
-EXIT_ERROR = 1
+EXIT_ERROR = 1  # the command ran and failed (a job not found, the database down)
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = EXIT_ERROR) -> None:
     click.echo(f"jobq: {message}", err=True)
-    sys.exit(EXIT_ERROR)
+    sys.exit(code)
 
 
 def load_settings(**overrides: Any) -> Settings:

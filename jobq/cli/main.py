@@ -1,7 +1,9 @@
 """The ``jobq`` command line (also ``python -m jobq``).
 
-Errors jobq raises on purpose print one line, ``jobq: <message>``, and exit 1;
-click's usage errors exit 2.
+Errors print one line, ``jobq: <message>``, on stderr. Exit codes: 1 when the command
+ran and failed (a job not found, the database unavailable); 2 when it was called wrong:
+click's usage errors and a bad configuration value (``EXIT_CONFIG``, the message naming
+the variable or flag), before anything starts.
 """
 
 from __future__ import annotations
@@ -18,18 +20,21 @@ from jobq.cli.common import database, fail, load_settings, wait_for
 from jobq.cli.dead import dead
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
-from jobq.errors import JobqError
+from jobq.errors import ConfigError, JobqError
+from jobq.settings import EXIT_CONFIG
 from jobq.store import connections
 from jobq.store.migrate import migrate as apply_migrations
 from jobq.store.migrate import required_version
 
 
 class Group(click.Group):
-    """Turns JobqError from any command into one line and exit 1."""
+    """Turns JobqError from any command into one line and exit 1 (ConfigError: 2)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_CONFIG)
         except JobqError as exc:
             fail(str(exc))
 

@@ -52,7 +52,7 @@ from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.daemon.worker.session import ClaimSession
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import first_line
-from jobq.errors import Cancelled, DatabaseUnavailable, SchemaError
+from jobq.errors import Cancelled, ConfigError, DatabaseUnavailable, SchemaError
 from jobq.handlers import registry
 from jobq.store.migrate import check_schema
 from jobq.settings import Settings
@@ -163,7 +163,10 @@ class WorkerLoop:
             registry.load(self.settings.handlers)
         except Exception as exc:  # any error while importing a handler module stops the boot
             raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
-        url = self.settings.require_database_url()
+        try:
+            url = self.settings.require_database_url()
+        except ConfigError as exc:
+            raise BootFailure(str(exc)) from exc
         self.outcomes = OutcomeWriter(self.in_flight, worker_id=self.worker_id, lock_base=self.lock_base)
         self.session = ClaimSession(
             url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, in_flight=self.in_flight
