@@ -218,7 +218,9 @@ class Settings(BaseModel):
     def require_database_url(self) -> str:
         """The database URL, or a ConfigError telling the user to set it."""
         if not self.database_url:
-            raise ConfigError("DATABASE_URL", "is not set; point it at your PostgreSQL database")
+            raise ConfigError(
+                "DATABASE_URL", "is not set; point it at your PostgreSQL database (or run make run, jobq dev, in this checkout)"
+            )
         return self.database_url
 
 

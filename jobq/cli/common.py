@@ -9,12 +9,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 import jobq.settings
 from jobq import logs
+from jobq.cli import dev_database
 from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 from jobq.store import connections
@@ -27,11 +29,19 @@ def fail(message: str, code: int = EXIT_ERROR) -> None:
     sys.exit(code)
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings(*, find_dev_database: bool = True, **overrides: Any) -> Settings:
     """Settings from the environment and the command's flags, this process's from now on
     (:func:`jobq.settings.adopt`: its workers and library calls share this one read);
-    configures logging as a side effect."""
-    settings = jobq.settings.adopt(Settings.from_env(**{k: v for k, v in overrides.items() if v is not None}))
+    configures logging as a side effect. With ``DATABASE_URL`` unset, the database of a
+    running ``jobq dev`` of this checkout (:mod:`jobq.cli.dev_database`), said in one
+    line on stderr."""
+    settings = Settings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    if settings.database_url is None and find_dev_database:
+        url = dev_database.find(Path.cwd())
+        if url is not None:
+            click.echo(f"jobq: DATABASE_URL is not set: using the embedded PostgreSQL of jobq dev ({url})", err=True)
+            settings = settings.model_copy(update={"database_url": url})
+    jobq.settings.adopt(settings)
     logs.configure(log_format=settings.log_format, level=settings.log_level)
     return settings
 

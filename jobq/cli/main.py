@@ -132,7 +132,7 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     and the workers, until Ctrl-C."""
     from jobq.cli import dev as dev_mode
 
-    settings = load_settings()
+    settings = load_settings(find_dev_database=False)  # it starts its own
     code = dev_mode.run(settings, data_dir=data_dir, procfile=procfile, port=port or settings.port, reset=reset)
     sys.exit(code)
 
