@@ -162,7 +162,8 @@ class WorkerLoop:
         try:
             registry.load(self.settings.handlers)
         except Exception as exc:  # any error while importing a handler module stops the boot
-            raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
+            raise BootFailure(f"cannot import handler modules {','.join(self.settings.handlers)}: "
+                              f"{type(exc).__name__}: {exc}") from exc
         try:
             url = self.settings.require_database_url()
         except ConfigError as exc:
