@@ -109,6 +109,9 @@ class Settings(BaseModel):
     # in its sessions' application_name: one word, so that log lines stay key=value.
     hostname: str = Field(default_factory=socket.gethostname, pattern=r"^\S+$", max_length=255)
     queues: Names = DEFAULT_QUEUES
+    # Serve every queue that has jobs, queues that appear later too (jobq worker
+    # --all-queues; make run's default): for small deployments. JOBQ_QUEUES then unset.
+    all_queues: bool = False
     poll_interval: Seconds = DEFAULT_POLL_INTERVAL
     heartbeat_interval: Seconds = DEFAULT_HEARTBEAT_INTERVAL
     reaper_interval: Seconds = DEFAULT_REAPER_INTERVAL
@@ -132,6 +135,9 @@ class Settings(BaseModel):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     api_token: str | None = None
+    # POST /jobs of a type no live worker has a handler for: accept (the default: the web
+    # may deploy before the workers) or reject (422 naming the types the workers know).
+    unknown_types: Literal["accept", "reject"] = "accept"
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_pending: int | None = Field(None, ge=0)
     api_statement_timeout: NonNegativeSeconds = DEFAULT_API_STATEMENT_TIMEOUT  # 0: the server's own
@@ -201,6 +207,8 @@ class Settings(BaseModel):
             settings = cls.model_validate(values)
         except pydantic.ValidationError as exc:
             raise _config_error(exc) from None
+        if settings.all_queues and "queues" in values:
+            raise ConfigError("JOBQ_ALL_QUEUES", "is set with JOBQ_QUEUES (--queues): serve every queue or name them")
         if settings.stale_threshold <= settings.heartbeat_interval:
             raise ConfigError(
                 "JOBQ_STALE_THRESHOLD",

@@ -66,6 +66,8 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
             "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{port} {os.environ.get('GUNICORN_CMD_ARGS', '')}".strip(),
             "PYTHONUNBUFFERED": "1",
         }
+        if not os.environ.get("JOBQ_QUEUES"):
+            env.setdefault("JOBQ_ALL_QUEUES", "true")  # one worker serves every queue the tour uses
         banner = _Banner(port, url if server is not None else None, where, len(applied), settings.dashboard)
         threading.Thread(target=banner.print_when_ready, name="jobq dev banner", daemon=True).start()
         # honcho SIGKILLs what is still running this long after Ctrl-C: leave the

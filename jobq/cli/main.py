@@ -68,11 +68,16 @@ def migrate(wait_seconds: float, convert: bool) -> None:
 @main.command()
 @click.option("--concurrency", type=click.IntRange(min=1), help="Worker processes [JOBQ_CONCURRENCY; CPU count].")
 @click.option("--queues", help="Comma-separated queues to work [JOBQ_QUEUES; default].")
-def worker(concurrency: int | None, queues: str | None) -> None:
+@click.option("--all-queues", "all_queues", is_flag=True, default=None,
+              help="Work every queue that has jobs, queues created later too [JOBQ_ALL_QUEUES]; "
+                   "for small deployments (make run's default).")
+def worker(concurrency: int | None, queues: str | None, all_queues: bool | None) -> None:
     """Run the supervisor: worker processes and one maintenance process."""
     from jobq.daemon.supervisor import Supervisor
 
-    settings = load_settings(concurrency=concurrency, queues=queues)
+    if queues is not None and all_queues:
+        raise click.UsageError("--queues and --all-queues: name the queues or serve them all, not both")
+    settings = load_settings(concurrency=concurrency, queues=queues, all_queues=all_queues)
     settings.require_database_url()
     sys.exit(Supervisor(settings).run())
 

@@ -71,7 +71,7 @@ class Supervisor:
         """Supervise until stopped; return the exit code."""
         self.install_signals()
         log.info("supervisor.started pid=%s workers=%s queues=%s",
-                 os.getpid(), self.num_workers, ",".join(self.settings.queues))
+                 os.getpid(), self.num_workers, "(all)" if self.settings.all_queues else ",".join(self.settings.queues))
         try:
             self.spawn_maintenance()
             self.manage_workers()

@@ -127,6 +127,11 @@ def _exceptions(field: str, value: object) -> Exceptions:
     return classes  # type: ignore[return-value]
 
 
+def names() -> list[str]:
+    """The job types with a handler in this process, sorted (what a worker announces)."""
+    return sorted(_handlers)
+
+
 def find(name: str) -> Handler | None:
     """The handler registered for a job type, None when there is none."""
     return _handlers.get(name)

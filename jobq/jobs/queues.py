@@ -109,6 +109,12 @@ def names(*, stale_seconds: float | None = None, conn: Connection | None = None)
     return [queue.name for queue in list_queues(stale_seconds=stale_seconds, conn=conn)]
 
 
+def with_pending(conn: Connection) -> list[str]:
+    """The queues that hold pending jobs now, due or scheduled (from the counters: a
+    small table, no jobs scan), by name: what a worker with ``--all-queues`` serves."""
+    return sorted(queue for queue, depth in counts(conn=conn).queues.items() if depth.get("pending"))
+
+
 def list_queues(*, stale_seconds: float | None = None, conn: Connection | None = None) -> list[Queue]:
     """Every queue known (from the counters, ``jobq_queues`` and the workers whose
     heartbeat is younger than ``stale_seconds``, by default JOBQ_STALE_THRESHOLD), by
@@ -124,9 +130,9 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
             pending = [q for q, depth in reading.queues.items() if depth.get("pending")]
             cur_oldest = c.execute(JOB_GET_OLDEST_DUE, {"queues": pending})
             rows = {name: (at, by, reason) for name, at, by, reason in cur_paused.fetchall()}
-            worker_queues = [queues for (queues,) in cur_workers.fetchall()]
+            worker_queues = cur_workers.fetchall()
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
-    known = set(reading.queues) | set(rows) | {q for queues in worker_queues for q in queues}
+    known = set(reading.queues) | set(rows) | {q for queues, _ in worker_queues for q in queues}
     listed = []
     for name in sorted(known):
         paused_at, paused_by, reason = rows.get(name, (None, None, None))
@@ -139,7 +145,7 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
                 paused_by=paused_by,
                 reason=reason,
                 depth={status: int(depth.get(status, 0)) for status in STATUSES},
-                workers=sum(1 for queues in worker_queues if name in queues),
+                workers=sum(1 for queues, every in worker_queues if every or name in queues),
                 oldest_pending_age_seconds=oldest.get(name),
             )
         )

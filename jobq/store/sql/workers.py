@@ -13,8 +13,19 @@ from __future__ import annotations
 # WORKER_REGISTER: a worker process announces itself (primary key; a restarted pid
 # with the same id replaces the stale row).
 WORKER_REGISTER = (
-    "INSERT INTO workers (id, hostname, pid, queues) VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s) "
+    "INSERT INTO workers (id, hostname, pid, queues, all_queues, handler_types) "
+    "VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(all_queues)s, %(handler_types)s) "
     "ON CONFLICT (id) DO UPDATE SET started_at = now(), heartbeat_at = now(), current_job_id = NULL, jobs_done = 0"
+)
+
+# WORKER_LIST_HANDLER_TYPES: the job types the live workers have handlers for (a table of
+# a few rows per worker process, seq scan), and how many live workers did not say (an
+# older release: then nothing can be called unhandled).
+WORKER_LIST_HANDLER_TYPES = (
+    "SELECT coalesce(array_agg(DISTINCT t.type) FILTER (WHERE t.type IS NOT NULL), '{}'), "
+    "count(*) FILTER (WHERE w.handler_types IS NULL), count(DISTINCT w.id) "
+    "FROM workers AS w LEFT JOIN LATERAL unnest(w.handler_types) AS t(type) ON true "
+    "WHERE w.heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
 )
 
 # WORKER_HEARTBEAT: the worker is alive, runs this job (or none), has recorded this many.
@@ -64,7 +75,8 @@ WORKER_LIST_WITH_JOB = (
     "FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job_id ORDER BY w.hostname, w.pid"
 )
 
-# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh.
+# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh, and
+# whether it serves every queue.
 WORKER_LIST_ACTIVE_QUEUES = (
-    "SELECT queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
+    "SELECT queues, all_queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
 )
