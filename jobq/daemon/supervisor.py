@@ -314,6 +314,11 @@ class Supervisor:
         """Stop every worker (gracefully: let running jobs finish within
         JOBQ_GRACEFUL_TIMEOUT, then kill), then the maintenance process."""
         self.stopping = True
+        running = [job for proc in self.workers.values() if (job := proc.running_job()) is not None]
+        if graceful and running:
+            log.info("supervisor.draining jobs=%s: waiting up to %s s for %s running jobs; any still running then "
+                     "is killed and goes back to pending", ",".join(str(job.job_id) for job in running),
+                     f"{self.settings.graceful_timeout:g}", len(running))
         for proc in list(self.workers.values()):
             if graceful:
                 self.retire(proc)

@@ -138,7 +138,7 @@ class Heartbeat(threading.Thread):
         if progress == self.progress_written or time.monotonic() < self.next_progress:
             return
         if self.session.run(lambda conn, _: leases.set_progress(conn, claim, progress.json)):
-            log.info("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
+            log.debug("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
         self.progress_written = progress
         self.next_progress = time.monotonic() + context.PROGRESS_EVERY
 
