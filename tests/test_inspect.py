@@ -31,6 +31,17 @@ def test_inspect_json_reports_depth_workers_failures_dead_letters_and_locks(conn
     assert data["dead_letters_waiting"] == 1 and data["dead_letters"][0]["type"] == "always_fail"
     assert [(lock["holds"], lock["pid"]) for lock in data["advisory_locks"]] == [(f"job {held.job.id}", worker_pid)]
     assert data["totals"]["enqueued_total"] == 5
+    assert data["no_handler"] == {}  # the one live worker (registered before schema 17's announcement) did not say
+
+
+def test_inspect_shows_pending_jobs_of_a_type_no_live_worker_has_a_handler_for(conn, database_url):
+    jobq.enqueue("noop", conn=conn)
+    jobq.enqueue_many([{"type": "sned_receipt"}] * 2, conn=conn)  # a typo of send_receipt
+    presence.register(conn, "host:9:abc", "host", 9, ["default"], handler_types=["noop", "send_receipt"])
+    data = json.loads(run_cli("inspect", "--json", DATABASE_URL=database_url).stdout)
+    assert data["no_handler"] == {"sned_receipt": 2}
+    shown = run_cli("inspect", DATABASE_URL=database_url, COLUMNS="200").stdout
+    assert "no handler" in shown and "sned_receipt" in shown
 
 
 def test_inspect_prints_tables(conn, database_url):

@@ -6,11 +6,12 @@ module imports none of them."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +22,10 @@ from jobq.errors import DatabaseUnavailable
 from jobq.settings import Settings
 from jobq.store import connections
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+PIPED_WIDTH = 100_000  # columns of a piped table: wider than any row
 EXIT_ERROR = 1  # the command ran and failed (a job not found, the database down)
 
 
@@ -64,6 +69,16 @@ def wait_for(action: Callable[[], Any], *, seconds: float, what: str) -> Any:
 def database(settings: Settings) -> connections.Connection:
     """An autocommit connection for a one-shot command."""
     return connections.connect(settings.require_database_url())
+
+
+def console() -> Console:
+    """Where a command prints its tables: as wide as the terminal; piped, as wide as the
+    rows need (a line per row, never wrapped at 80 columns), unless COLUMNS says."""
+    from rich.console import Console
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=PIPED_WIDTH)
 
 
 def session() -> connections.Connection:

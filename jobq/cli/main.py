@@ -16,8 +16,9 @@ from typing import Any
 import click
 
 from jobq.cli import actions
-from jobq.cli.common import database, fail, load_settings, wait_for
+from jobq.cli.common import console, database, fail, load_settings, wait_for
 from jobq.cli.dead import dead
+from jobq.cli.jobs import enqueue, show
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
 from jobq.errors import ConfigError, JobqError
@@ -89,8 +90,6 @@ def worker(concurrency: int | None, queues: str | None, all_queues: bool | None)
 def inspect(watch: bool, interval: float, as_json: bool) -> None:
     """Queue depth, workers, the oldest pending job, failures, dead letters, locks."""
     import json
-
-    from rich.console import Console
     from rich.live import Live
 
     from jobq.cli.inspect_view import render
@@ -102,7 +101,7 @@ def inspect(watch: bool, interval: float, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(take().to_dict(), indent=2))
         elif not watch:
-            Console().print(render(take()))
+            console().print(render(take()))
         else:
             try:
                 with Live(render(take()), auto_refresh=False, screen=False) as live:
@@ -142,6 +141,8 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     sys.exit(code)
 
 
+main.add_command(enqueue)
+main.add_command(show)
 main.add_command(queues)
 main.add_command(dead)
 main.add_command(schedules)
