@@ -59,7 +59,7 @@ def _oldest(snap: Snapshot) -> Table:
 
 
 def _no_handler(snap: Snapshot) -> Table:
-    table = _table("no handler: pending jobs of types no live worker has a handler for (a typo?)", "type", "pending")
+    table = _table("no handler (a typo?)", "type", "pending jobs")
     for job_type, n in snap.no_handler.items():
         table.add_row(Text(job_type, style="red"), str(n))
     return table

@@ -10,6 +10,7 @@ from flask import Response, redirect, url_for
 
 import jobq
 from jobq.job import Job
+from jobq.jobs import dead_letters
 from jobq.jobs.timeline import timeline
 from web.dashboard import common, security
 from web.dashboard.format import worker_place
@@ -34,11 +35,12 @@ def valid_actions(job: Job, now: datetime) -> list[tuple[str, str]]:
 def job(job_id: int) -> str:
     with common.database() as conn:
         found = jobq.get(job_id, conn=conn)
+        letter = dead_letters.group_of_job(job_id, conn=conn) if found.status == "dead" else None
     now = datetime.now(timezone.utc)
     place = worker_place(found.worker_id) if found.worker_id else None
     return common.page(
         "job.html", f"Job {job_id}", job=found, timeline=timeline(found, now, place=place),
-        actions=valid_actions(found, now),
+        actions=valid_actions(found, now), letter=letter,
         fields=_fields(found),
     )
 

@@ -10,6 +10,10 @@ removal of stale ones), :mod:`jobq.schedules.stored` (conflicting declarations),
 
 from __future__ import annotations
 
+# The queues a worker serves as operators read them: an --all-queues worker's as one
+# entry, "(all queues)" (its queues column is empty).
+QUEUES_SHOWN = "CASE WHEN w.all_queues THEN ARRAY['(all queues)'] ELSE w.queues END"
+
 # WORKER_REGISTER: a worker process announces itself (primary key; a restarted pid
 # with the same id replaces the stale row).
 WORKER_REGISTER = (
@@ -59,7 +63,7 @@ WORKER_LIST_SCHEDULE_CONFLICTS = (
 # WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows), and
 # the progress of the job it runs (one primary-key probe each).
 WORKER_LIST = (
-    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "SELECT w.id, w.hostname, w.pid, " + QUEUES_SHOWN + ", w.current_job_id, w.jobs_done, w.started_at, "
     "extract(epoch FROM now() - w.heartbeat_at)::float8, "
     "(SELECT j.progress FROM jobs AS j WHERE j.id = w.current_job_id) "
     "FROM workers AS w ORDER BY w.hostname, w.pid"
@@ -69,7 +73,7 @@ WORKER_LIST = (
 # age, and the job it runs (one primary-key probe each): progress (as WORKER_LIST), type,
 # status, and how long it has run (since started_at, else claimed_at).
 WORKER_LIST_WITH_JOB = (
-    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "SELECT w.id, w.hostname, w.pid, " + QUEUES_SHOWN + ", w.current_job_id, w.jobs_done, w.started_at, "
     "extract(epoch FROM now() - w.heartbeat_at)::float8, j.progress, j.type, j.status, "
     "extract(epoch FROM now() - coalesce(j.started_at, j.claimed_at))::float8 "
     "FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job_id ORDER BY w.hostname, w.pid"
