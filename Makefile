@@ -1,6 +1,7 @@
 # jobq: the commands a newcomer needs.
 #   make run    the whole system on this machine (embedded PostgreSQL, API, workers)
 #   make test   the whole test suite (what CI runs), in parallel
+#   make screenshots   every dashboard page photographed into docs/screenshots (chromium)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard
 # TEST_PROCESSES=0 (or PYTEST_ARGS='-n 0') runs it serially in one process, for pdb and -x.
 TEST_PROCESSES ?= 3
 
-.PHONY: run test browser $(addprefix test-,$(AREAS)) coverage clean
+.PHONY: run test browser screenshots $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +62,9 @@ $(addprefix test-,$(AREAS)): test-%:
 # start (setup.cfg's [coverage:run]); the report is htmlcov/index.html.
 coverage:
 	$(MAKE) test PYTEST_ARGS="--cov --cov-report=term --cov-report=html $(PYTEST_ARGS)"
+
+screenshots: $(BIN)/python browser
+	sh docs/screenshots.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage*
