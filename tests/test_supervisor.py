@@ -369,3 +369,25 @@ def test_a_graceful_stop_says_how_long_it_waits_for_which_jobs_then_names_each_j
     assert "supervisor.draining jobs=8,9: waiting up to 0.3 s for 2 running jobs" in lines[0]
     killed = [line for line in lines if line.startswith("supervisor.graceful_timeout")]
     assert sorted(line.split("job=")[1].split(":")[0] for line in killed) == ["8", "9"]
+
+
+def test_a_maintenance_process_that_cannot_start_halts_the_supervisor(supervisor, system):
+    system.exit(supervisor.maintenance.pid, exited(EXIT_BOOT_ERROR))
+    with pytest.raises(Halt, match="maintenance process failed to start"):
+        supervisor.reap_workers()
+
+
+def test_a_maintenance_process_dying_at_start_is_respawned_after_a_growing_wait(supervisor, system):
+    """Respawned at once, it would crash-loop (and flood the log) as fast as it can fork."""
+    for expected_wait in (0.5, 1.0):
+        dead = supervisor.maintenance
+        dead.spawned = time.monotonic()  # it dies right after its start
+        system.exit(dead.pid, exited(1))
+        supervisor.reap_workers()
+        supervisor.manage_maintenance()
+        assert supervisor.maintenance is None  # not yet: waiting
+        until = max(supervisor.maintenance_respawns._until.values())
+        assert until - time.monotonic() == pytest.approx(expected_wait, abs=0.2)
+        supervisor.maintenance_respawns._until.clear()  # the wait is over
+        supervisor.manage_maintenance()
+        assert supervisor.maintenance is not None and supervisor.maintenance.pid != dead.pid
