@@ -138,8 +138,10 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
     page.find("#dead-letter-link").click()
     wait_for(lambda: "/dashboard/dead-letter/groups/" in page.driver.current_url, 10, "the dead letter's group")
     assert page.find(f"a[href='/dashboard/jobs/{dead}']")
+    jobq.cancel(slow.id, actor="tester", conn=conn)
     page.open("/dashboard/audit")
     assert "pause" in page.text("#audit-table") and "smtp down" in page.text("#audit-table")
+    assert page.find(f"#audit-table a[href='/dashboard/jobs/{slow.id}']").text == f"job {slow.id}"
     page.open("/dashboard/jobs?schedule=nightly_report")
     assert "schedule = nightly_report" in page.text("#active-filters")
     # Keyboard: the skip link comes first and every control is reachable.
