@@ -142,6 +142,13 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
     page.open("/dashboard/audit")
     assert "pause" in page.text("#audit-table") and "smtp down" in page.text("#audit-table")
     assert page.find(f"#audit-table a[href='/dashboard/jobs/{slow.id}']").text == f"job {slow.id}"
+    jobq.enqueue("is_prmie", conn=conn)  # a typo: the live workers announced their types, none has it
+    typo = jobq.enqueue("is_prmie", run_at="2099-01-01T00:00:00Z", conn=conn)
+    page.open("/dashboard")
+    assert "is_prmie (2 pending)" in page.text("#no-handler")
+    page.open("/dashboard/jobs")
+    assert "no handler" in page.text(f"#job-rows tr[data-job='{typo.id}']")
+    assert "no handler" not in page.text(f"#job-rows tr[data-job='{later.id}']")
     page.open("/dashboard/jobs?schedule=nightly_report")
     assert "schedule = nightly_report" in page.text("#active-filters")
     # Keyboard: the skip link comes first and every control is reachable.
