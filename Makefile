@@ -2,6 +2,7 @@
 #   make run    the whole system on this machine (embedded PostgreSQL, API, workers)
 #   make test   the whole test suite (what CI runs), in parallel
 #   make docs   the documentation site into site/ (mkdocs --strict, offline)
+#   make screenshots   every dashboard page photographed into docs/screenshots (chromium)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -13,7 +14,7 @@ AREAS := unit once dlq retry reaper daemon api chaos control schedules dashboard
 # TEST_PROCESSES=0 (or PYTEST_ARGS='-n 0') runs it serially in one process, for pdb and -x.
 TEST_PROCESSES ?= 3
 
-.PHONY: run test docs browser $(addprefix test-,$(AREAS)) coverage clean
+.PHONY: run test docs browser screenshots $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +70,9 @@ $(addprefix test-,$(AREAS)): test-%:
 # start (setup.cfg's [coverage:run]); the report is htmlcov/index.html.
 coverage:
 	$(MAKE) test PYTEST_ARGS="--cov --cov-report=term --cov-report=html $(PYTEST_ARGS)"
+
+screenshots: $(BIN)/python browser
+	sh docs/screenshots.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache htmlcov .coverage* site

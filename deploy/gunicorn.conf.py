@@ -11,12 +11,20 @@ can still be added with ``GUNICORN_CMD_ARGS``, except jobq's variables through G
 """
 
 import os
+import sys
 
 import jobq.settings
 from jobq import logs
-from jobq.settings import Settings, variable_name
+from jobq.errors import ConfigError
+from jobq.settings import EXIT_CONFIG, Settings, variable_name
 
-settings = jobq.settings.current()  # a bad variable stops start-up with its name
+try:
+    settings = jobq.settings.current()
+except ConfigError as exc:
+    # A bad variable stops start-up with one line naming it, before any worker is forked
+    # (raised, Gunicorn would print its own traceback around it).
+    print(f"jobq: {exc}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG)
 
 bind = f"0.0.0.0:{settings.port}"
 workers = int(os.environ.get("WEB_CONCURRENCY") or 2 * (os.cpu_count() or 1))
@@ -58,7 +66,7 @@ JOBQ_VARIABLES = frozenset(variable_name(field) for field in Settings.model_fiel
 
 
 def on_starting(server):
-    """The app's own log lines (jobq and web loggers) go to stdout like Gunicorn's."""
+    """The app's own log lines (jobq and web loggers) go to stderr like Gunicorn's error log."""
     refuse_jobq_variables_from_gunicorn_env(server.cfg)
     logs.configure(log_format=settings.log_format, level=settings.log_level)
 

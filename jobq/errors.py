@@ -21,6 +21,16 @@ class InvalidArgument(JobqError, ValueError):
         self.message = message
 
 
+class UnhandledType(InvalidArgument):
+    """No live worker has a handler for the job's type, and JOBQ_UNKNOWN_TYPES=reject
+    (a typo'd type is refused at once instead of dead-lettered after its retries)."""
+
+    def __init__(self, job_type: str, known: list[str]) -> None:
+        super().__init__("type", f"no live worker has a handler for {job_type!r}; known types: {', '.join(known)}")
+        self.job_type = job_type
+        self.known = known
+
+
 class ConfigError(JobqError):
     """A configuration variable has a bad value. ``variable`` names it."""
 

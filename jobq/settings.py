@@ -18,7 +18,9 @@ import threading
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
+import psycopg
 import pydantic
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from jobq.handlers.backoff import retry_delay
@@ -71,6 +73,9 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # healthy statement of the API's takes.
 DEFAULT_API_STATEMENT_TIMEOUT = 5.0
 DEFAULT_PORT = 8000
+# The exit code of a process that stops at start-up on a bad configuration value (the
+# jobq command, its supervisor, Gunicorn's config): the same as a command-line usage error.
+EXIT_CONFIG = 2
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -103,7 +108,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     database_url: str | None = None
-    """PostgreSQL URL (libpq syntax). Required by every process."""
+    """PostgreSQL URL (libpq syntax), parsed at start-up: a malformed one stops the
+    process with one line naming it (exit 2). Required by every process; the `jobq`
+    commands run in a checkout where `make run` is going use its embedded server when it
+    is unset (and say so on stderr)."""
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
     """The API's port (Gunicorn binds `0.0.0.0:$PORT`)."""
 
@@ -131,6 +139,10 @@ class Settings(BaseModel):
     `worker.1`, `worker.2`...)."""
     queues: Names = DEFAULT_QUEUES
     """Comma-separated queues a supervisor's workers take jobs from (`--queues`)."""
+    all_queues: bool = False
+    """`1`: the workers take jobs from every queue that has jobs, queues created later
+    too, pauses and priorities honoured (`jobq worker --all-queues`; `make run`'s
+    default). For small deployments; not with `JOBQ_QUEUES`."""
     poll_interval: Seconds = DEFAULT_POLL_INTERVAL
     """An idle worker's longest wait without a notification."""
     heartbeat_interval: Seconds = DEFAULT_HEARTBEAT_INTERVAL
@@ -188,6 +200,12 @@ class Settings(BaseModel):
     api_token: str | None = None
     """When set, every route but `/health`, `/` and the dashboard's (which ask for it in
     a login form) requires `Authorization: Bearer <token>`."""
+    unknown_types: Literal["accept", "reject"] = "accept"
+    """A job type no live worker has a handler for (workers announce theirs): `accept`
+    (the web may deploy before the workers; `jobq inspect` shows such jobs as "no
+    handler") or `reject` (`POST /jobs` answers 422 naming the known types; `jobq
+    enqueue` refuses). Nothing is refused while no worker is live or one of an older
+    release is."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     """Largest request body the API accepts (413 above)."""
     max_pending: int | None = Field(None, ge=0)
@@ -206,6 +224,22 @@ class Settings(BaseModel):
     """Signs the dashboard's login cookie (at least 16 characters); unset, it is derived
     from `JOBQ_API_TOKEN` (or, without a token, from the database's audit key), the same
     in every process."""
+
+    @field_validator("database_url")
+    @classmethod
+    def _parses_as_conninfo(cls, value: str | None) -> str | None:
+        """Parsed as libpq would, before anything connects or forks: a typo stops start-up
+        with one line, not a crash loop of children that each fail to connect."""
+        if value is not None:
+            try:
+                conninfo_to_dict(value)
+            except psycopg.ProgrammingError as exc:
+                # psycopg quotes what it could not parse: the whole value (maybe with a
+                # password) is never repeated, a parameter's name is.
+                reason = str(exc).strip().replace(f'"{value}"', "the value")
+                raise ValueError(f"is not a PostgreSQL URL (postgresql://user@host:5432/dbname) "
+                                 f"or key=value connection string: {reason}") from None
+        return value
 
     @field_validator("handlers", "queues", mode="before")
     @classmethod
@@ -248,6 +282,8 @@ class Settings(BaseModel):
             settings = cls.model_validate(values)
         except pydantic.ValidationError as exc:
             raise _config_error(exc) from None
+        if settings.all_queues and "queues" in values:
+            raise ConfigError("JOBQ_ALL_QUEUES", "is set with JOBQ_QUEUES (--queues): serve every queue or name them")
         if settings.stale_threshold <= settings.heartbeat_interval:
             raise ConfigError(
                 "JOBQ_STALE_THRESHOLD",
@@ -265,7 +301,9 @@ class Settings(BaseModel):
     def require_database_url(self) -> str:
         """The database URL, or a ConfigError telling the user to set it."""
         if not self.database_url:
-            raise ConfigError("DATABASE_URL", "is not set; point it at your PostgreSQL database")
+            raise ConfigError(
+                "DATABASE_URL", "is not set; point it at your PostgreSQL database (or run make run, jobq dev, in this checkout)"
+            )
         return self.database_url
 
 
@@ -284,7 +322,8 @@ def _config_error(exc: pydantic.ValidationError) -> ConfigError:
     variable = variable_name(field) if field else "configuration"
     value = first.get("input")
     shown = f" (got {value!r})" if isinstance(value, (str, int, float)) and field not in _SECRETS else ""
-    return ConfigError(variable, f"{first['msg']}{shown}")
+    message = str(first["msg"]).removeprefix("Value error, ")  # a validator's own words
+    return ConfigError(variable, f"{message}{shown}")
 
 
 _current: Settings | None = None

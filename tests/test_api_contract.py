@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.api import assert_error, job_rows
 from support.claims import claim, complete, drain, settle
 from support.rows import STATUSES
-from jobq.store.sql.workers import WORKER_REGISTER
+from jobq.daemon import presence
 
 pytestmark = [pytest.mark.api, pytest.mark.db]
 
@@ -216,7 +216,7 @@ def test_metrics_answers_the_seed_fields_with_every_status(client, conn):
     client.post("/jobs/batch", json={"jobs": [{"type": "noop"}] * 3 + [{"type": "always_fail", "max_retries": 0}]})
     assert client.get("/metrics").get_json()["total_jobs"] == 4  # counted at enqueue
     drain(conn)
-    conn.execute(WORKER_REGISTER, {"id": "h:1:a", "hostname": "h", "pid": 1, "queues": ["default"]})
+    presence.register(conn, "h:1:a", "h", 1, ["default"])
     metrics = client.get("/metrics").get_json()
     assert metrics["queue_depth"] == {**dict.fromkeys(STATUSES, 0), "done": 3, "dead": 1}
     assert (metrics["active_workers"], metrics["total_jobs"], metrics["dead_letter_count"]) == (1, 4, 1)

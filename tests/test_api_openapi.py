@@ -34,6 +34,16 @@ def test_the_document_is_valid_openapi(client):
     assert document["openapi"].startswith("3.1")
 
 
+def test_every_summary_is_a_whole_sentence(client):
+    """flask-openapi3 takes a docstring's first line, wherever it was wrapped: /docs
+    showed "...paginated: by offset, or by"."""
+    paths = client.get("/openapi.json").get_json()["paths"]
+    summaries = {f"{method.upper()} {path}": op["summary"] for path, ops in paths.items() for method, op in ops.items()}
+    cut = {name: summary for name, summary in summaries.items() if not summary.rstrip().endswith((".", "?", "!"))}
+    assert not cut
+    assert summaries["GET /jobs"].endswith("by offset, or by cursor (each page's next_cursor; before= starts after a given job).")
+
+
 def test_the_job_body_is_documented_from_the_model_that_validates_it(client):
     schemas = client.get("/openapi.json").get_json()["components"]["schemas"]
     body = schemas["JobBody"]

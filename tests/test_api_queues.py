@@ -28,19 +28,24 @@ def test_get_queues_lists_every_queue_known_with_its_pause(client, conn):
 
 
 def test_pause_takes_no_body_an_empty_one_or_a_reason(client):
-    assert client.post("/queues/a/pause").get_json() == {"queues": ["a"], "changed": ["a"]}
+    first = client.post("/queues/a/pause").get_json()
+    assert first.pop("warning") == "no job, worker or schedule has ever named queue a: a typo?"
+    assert first == {"queues": ["a"], "changed": ["a"], "unknown": ["a"]}
     assert client.post("/queues/b/pause", data=b"", content_type="application/json").status_code == 200
     assert client.post("/queues/c/pause", json={}).status_code == 200
-    assert client.post("/queues/a/pause", json={"reason": "again"}).get_json() == {"queues": ["a"], "changed": []}
+    again = client.post("/queues/a/pause", json={"reason": "again"}).get_json()
+    assert again == {"queues": ["a"], "changed": [], "unknown": []}  # named now: by its pause
     listed = {q["name"]: q for q in client.get("/queues").get_json()["queues"]}
     assert [listed[q]["paused"] for q in "abc"] == [True, True, True] and listed["a"]["reason"] is None
 
 
 def test_resume_answers_what_changed(client):
     client.post("/queues/a/pause")
-    assert client.post("/queues/a/resume").get_json() == {"queues": ["a"], "changed": ["a"]}
-    assert client.post("/queues/a/resume").get_json() == {"queues": ["a"], "changed": []}
-    assert client.post("/queues/never/resume").get_json() == {"queues": ["never"], "changed": []}
+    assert client.post("/queues/a/resume").get_json() == {"queues": ["a"], "changed": ["a"], "unknown": []}
+    assert client.post("/queues/a/resume").get_json() == {"queues": ["a"], "changed": [], "unknown": []}
+    never = client.post("/queues/never/resume").get_json()
+    assert never == {"queues": ["never"], "changed": [], "unknown": ["never"],
+                     "warning": "no job, worker or schedule has ever named queue never: a typo?"}
 
 
 def test_a_queue_name_with_a_slash_or_spaces_is_one_name(client):

@@ -79,7 +79,7 @@ def test_a_handler_module_that_does_not_import_stops_the_supervisor_with_the_rea
 
 def test_a_bad_setting_stops_start_up_naming_the_variable(conn, daemon):
     d = daemon(2, JOBQ_POLL_INTERVAL="soon")
-    assert d.wait(10) == 1
+    assert d.wait(10) == 2  # EXIT_CONFIG
     assert d.log().strip().splitlines()[-1].startswith("jobq: JOBQ_POLL_INTERVAL")
 
 

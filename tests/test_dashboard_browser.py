@@ -20,6 +20,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
 
 import jobq
+from jobq.jobs import queues
 from support.browser import Browser, PHONE, screenshot_dir
 from support.db import scalar
 from support.rows import per_row, seed_dead
@@ -38,6 +39,7 @@ PAGES = {
     "workers": "/dashboard/workers",
     "schedules": "/dashboard/schedules",
     "dead-letter": "/dashboard/dead-letter",
+    "audit": "/dashboard/audit",
 }
 
 
@@ -91,15 +93,17 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_schedules") == 2, 30, "the schedules declared")
     fill_dead(conn, 3)
     slow = jobq.enqueue("slow", {"sleep_seconds": 30}, tags=["import:88"], conn=conn)
-    jobq.enqueue("noop", {"n": 1}, queue="mail", run_at="2099-01-01T00:00:00Z", conn=conn)
+    later = jobq.enqueue("noop", {"n": 1}, queue="mail", run_at="2099-01-01T00:00:00Z", conn=conn)
     failed = jobq.enqueue("always_fail", {"why": "demo"}, max_retries=1, conn=conn)
+    jobq.enqueue("noop", queue="mail", conn=conn)
+    queues.pause("mail", reason="smtp down", conn=conn)  # an audit row; the mail job stays due
     wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", slow.id) == "running", 30, "slow running")
     wait_for(lambda: scalar(conn, "SELECT jsonb_array_length(errors) FROM jobs WHERE id = %s", failed.id), 30,
              "a failed attempt")
     group = scalar(conn, "SELECT id FROM jobq_dead_letter_groups LIMIT 1")
     fill_minutes(conn)
     pages = {**PAGES, "job": f"/dashboard/jobs/{failed.id}", "running-job": f"/dashboard/jobs/{slow.id}",
-             "dead-letter-group": f"/dashboard/dead-letter/groups/{group}"}
+             "scheduled-job": f"/dashboard/jobs/{later.id}", "dead-letter-group": f"/dashboard/dead-letter/groups/{group}"}
     for name, path in pages.items():
         page.open(path)
         assert page.find("main h1").text, name
@@ -110,6 +114,43 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
         assert page.console_errors() == [], name
     page.open("/dashboard?window=1h")
     assert len(page.find_all("svg.chart polyline")) >= 8  # four charts, two or three lines each
+    legends = " ".join(item.text for item in page.find_all("ul.legend li"))
+    assert " ms" in legends and "/s" in legends and "e-0" not in legends  # units, no exponents
+    # One time zone, said once; times relative, the UTC instant on hover; links to the API docs and the audit page.
+    assert page.text("header .zone") == "Times in UTC"
+    assert page.find("header a[href='/docs']") and page.find("header a[href='/dashboard/audit']")
+    page.open("/dashboard/jobs")
+    stamp = page.find("#job-rows time[title]")
+    assert stamp.text.endswith(" ago") or stamp.text == "just now"
+    assert stamp.get_attribute("title").endswith(" UTC")
+    # A scheduled job apart from the due ones: its own badge, "due in ...".
+    row = page.find(f"#job-rows tr[data-job='{later.id}']")
+    assert "scheduled" in row.find_element(By.CSS_SELECTOR, ".status").text and "due in " in row.text
+    page.open("/dashboard/queues")
+    mail = page.find("tr[data-queue=mail]").find_elements(By.CSS_SELECTOR, "td.num")
+    assert [cell.text for cell in mail[:2]] == ["1", "1"]  # one due, one scheduled
+    page.open(f"/dashboard/jobs/{later.id}")
+    assert "to come" in page.text("ol.timeline li.future") and "in " in page.text("ol.timeline li.future")
+    page.open("/dashboard/schedules")
+    assert "At 03:00" in page.text("#schedule-table") and "Every minute" in page.text("#schedule-table")
+    dead = scalar(conn, "SELECT original_id FROM dead_letter_jobs ORDER BY id LIMIT 1")
+    page.open(f"/dashboard/jobs/{dead}")  # a dead job links its dead letter's group, which links the job back
+    page.find("#dead-letter-link").click()
+    wait_for(lambda: "/dashboard/dead-letter/groups/" in page.driver.current_url, 10, "the dead letter's group")
+    assert page.find(f"a[href='/dashboard/jobs/{dead}']")
+    jobq.cancel(slow.id, actor="tester", conn=conn)
+    page.open("/dashboard/audit")
+    assert "pause" in page.text("#audit-table") and "smtp down" in page.text("#audit-table")
+    assert page.find(f"#audit-table a[href='/dashboard/jobs/{slow.id}']").text == f"job {slow.id}"
+    jobq.enqueue("is_prmie", conn=conn)  # a typo: the live workers announced their types, none has it
+    typo = jobq.enqueue("is_prmie", run_at="2099-01-01T00:00:00Z", conn=conn)
+    page.open("/dashboard")
+    assert "is_prmie (2 pending)" in page.text("#no-handler")
+    page.open("/dashboard/jobs")
+    assert "no handler" in page.text(f"#job-rows tr[data-job='{typo.id}']")
+    assert "no handler" not in page.text(f"#job-rows tr[data-job='{later.id}']")
+    page.open("/dashboard/jobs?schedule=nightly_report")
+    assert "schedule = nightly_report" in page.text("#active-filters")
     # Keyboard: the skip link comes first and every control is reachable.
     page.open("/dashboard/queues")
     page.find("body").send_keys("\t")

@@ -45,6 +45,11 @@ def start_dev(data_dir: Path, port: int, log: Path, *args: str) -> subprocess.Po
         )
 
 
+def run_cli_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    return subprocess.run([sys.executable, "-m", "jobq", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
 def session_processes(sid: int) -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _sid(int(p.name)) == sid]
 
@@ -67,7 +72,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def test_jobq_dev_runs_everything_and_stops_everything(tmp_path):
-    data_dir, port, log = tmp_path / "jobq-data", free_port(), tmp_path / "dev.log"
+    data_dir, port, log = tmp_path / ".jobq", free_port(), tmp_path / "dev.log"
     proc = start_dev(data_dir, port, log)
     try:
         wait_for(lambda: healthy(port), 60, "the API answering /health")
@@ -75,6 +80,19 @@ def test_jobq_dev_runs_everything_and_stops_everything(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/dashboard", timeout=10) as page:  # the URL it prints
             assert page.status == 200 and b"<h1>Overview</h1>" in page.read()
         wait_for(lambda: request(port, "GET", f"/jobs/{job['id']}")["status"] == "done", 30, "the job done")
+        # A second terminal in the checkout (here tmp_path, a subdirectory of it too): no DATABASE_URL needed.
+        (tmp_path / "sub").mkdir()
+        inspect = run_cli_in(tmp_path / "sub", "inspect", "--json")
+        assert inspect.returncode == 0, inspect.stderr
+        assert json.loads(inspect.stdout)["depth"]["done"] >= 1
+        assert inspect.stderr.splitlines() == [
+            f"jobq: DATABASE_URL is not set: using the embedded PostgreSQL of jobq dev ({(data_dir / 'database_url').read_text().strip()})"
+        ]
+        wait_for(lambda: "  dashboard    " in log.read_text(), 30, "the banner, printed once the API answers")
+        lines = log.read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("  dashboard    "))
+        assert lines[at] == f"  dashboard    http://127.0.0.1:{port}/dashboard" and lines[at + 1] == ""  # its last line
+        assert lines[at - 1].startswith("  DATABASE_URL postgresql://")
         server_pid = int((data_dir / "pg" / "data" / "postmaster.pid").read_text().split()[0])
         children = [pid for pid in session_processes(proc.pid) if pid != proc.pid]
         assert children
@@ -83,6 +101,8 @@ def test_jobq_dev_runs_everything_and_stops_everything(tmp_path):
     assert proc.returncode == 0
     wait_for(lambda: not any(alive(pid) for pid in children), 15, "every process jobq dev started gone")
     assert not alive(server_pid) and not postgres_running(data_dir)
+    assert not (data_dir / "database_url").exists()  # withdrawn with the server
+    assert run_cli_in(tmp_path, "inspect").stderr.startswith("jobq: DATABASE_URL: is not set")
     text = log.read_text()
     assert f"http://127.0.0.1:{port}" in text and "embedded PostgreSQL 16" in text
     assert f"dashboard    http://127.0.0.1:{port}/dashboard" in text
@@ -108,5 +128,5 @@ def test_jobq_dev_without_a_procfile_says_so(tmp_path):
         [sys.executable, "-m", "jobq", "dev", "--procfile", str(tmp_path / "Procfile"), "--data-dir", str(tmp_path / "d")],
         capture_output=True, text=True, env={**os.environ, "DATABASE_URL": ""}, timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == 2  # a configuration error (a flag's value)
     assert result.stderr.strip().startswith("jobq: --procfile:") and "not found" in result.stderr

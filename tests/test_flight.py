@@ -281,7 +281,7 @@ def test_after_a_failed_write_the_heartbeat_leaves_the_outcomes_to_the_main_thre
     writer = OutcomeWriter(in_flight, worker_id="w", lock_base=0)
     beat = Heartbeat(
         session, in_flight, writer,  # type: ignore[arg-type]
-        worker_id="w", hostname="h", queues=["default"], interval=60.0, parent_pid=0, orphaned=lambda: None,
+        worker_id="w", announce=lambda conn: None, interval=60.0, parent_pid=0, orphaned=lambda: None,
     )
     with pytest.raises(psycopg.Error):
         beat.write_outcomes()

@@ -31,6 +31,17 @@ def test_inspect_json_reports_depth_workers_failures_dead_letters_and_locks(conn
     assert data["dead_letters_waiting"] == 1 and data["dead_letters"][0]["type"] == "always_fail"
     assert [(lock["holds"], lock["pid"]) for lock in data["advisory_locks"]] == [(f"job {held.job.id}", worker_pid)]
     assert data["totals"]["enqueued_total"] == 5
+    assert data["no_handler"] == {}  # the one live worker (registered before schema 17's announcement) did not say
+
+
+def test_inspect_shows_pending_jobs_of_a_type_no_live_worker_has_a_handler_for(conn, database_url):
+    jobq.enqueue("noop", conn=conn)
+    jobq.enqueue_many([{"type": "sned_receipt"}] * 2, conn=conn)  # a typo of send_receipt
+    presence.register(conn, "host:9:abc", "host", 9, ["default"], handler_types=["noop", "send_receipt"])
+    data = json.loads(run_cli("inspect", "--json", DATABASE_URL=database_url).stdout)
+    assert data["no_handler"] == {"sned_receipt": 2}
+    shown = run_cli("inspect", DATABASE_URL=database_url, COLUMNS="200").stdout
+    assert "no handler" in shown and "sned_receipt" in shown
 
 
 def test_inspect_prints_tables(conn, database_url):
@@ -40,3 +51,19 @@ def test_inspect_prints_tables(conn, database_url):
     for title in ("depth by queue and status", "workers", "oldest due pending job", "recent failures",
                   "dead letters waiting", "advisory locks held"):
         assert title in result.stdout
+
+
+def test_inspect_lists_only_the_advisory_locks_of_its_own_database(conn, database_url, server_url):
+    """pg_locks shows every database's locks: another jobq's on the same server are not ours."""
+    from jobq.observe.inspection import snapshot
+    from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
+    from jobq.store import locks
+    from support.db import on
+
+    other_key = locks.key(DEFAULT_ADVISORY_NAMESPACE, 987654)
+    with psycopg.connect(on(server_url, "postgres"), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", (other_key,))
+        with psycopg.connect(database_url, autocommit=True) as ours:
+            ours.execute("SELECT pg_advisory_lock(%s)", (locks.key(DEFAULT_ADVISORY_NAMESPACE, 123456),))
+            held = snapshot(conn, namespace=DEFAULT_ADVISORY_NAMESPACE).to_dict()["advisory_locks"]
+    assert [lock["holds"] for lock in held] == ["job 123456"]

@@ -51,9 +51,13 @@ def test_worker_logs_are_json_lines_without_payloads_or_passwords(own_postgres, 
 
 def test_at_info_a_worker_logs_no_line_per_successful_job_but_every_failure(ledger, daemon):
     ok = jobq.enqueue_many([{"type": "echo"}] * 20, conn=ledger)
+    steps = jobq.enqueue("progress_steps", {"steps": 4, "step_seconds": 0.4}, conn=ledger)
     bad = jobq.enqueue("leaky_fail", max_retries=0, conn=ledger)
     d = daemon(1, JOBQ_LOG_LEVEL="INFO")
-    wait_for(lambda: all(jobq.get(j.id, conn=ledger).status in ("done", "dead") for j in [*ok, bad]), 20, "all finished")
+    jobs = [*ok, steps, bad]
+    wait_for(lambda: all(jobq.get(j.id, conn=ledger).status in ("done", "dead") for j in jobs), 30, "all finished")
+    assert jobq.get(steps.id, conn=ledger).progress is not None  # its progress was written...
     log = d.log()
     assert "job.dead_lettered" in log and f"id={bad.id}" in log
     assert "job.claimed" not in log and "job.succeeded" not in log
+    assert "job.progress" not in log  # ...and logged at DEBUG only

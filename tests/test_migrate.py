@@ -97,5 +97,5 @@ def test_cli_migrate_without_a_reachable_database_fails_in_one_line():
 
 def test_cli_without_database_url_names_the_variable():
     result = run_cli("migrate")
-    assert result.returncode == 1
-    assert result.stderr.strip() == "jobq: DATABASE_URL: is not set; point it at your PostgreSQL database"
+    assert result.returncode == 2  # a configuration error, like a usage error
+    assert result.stderr.strip() == "jobq: DATABASE_URL: is not set; point it at your PostgreSQL database (or run make run, jobq dev, in this checkout)"

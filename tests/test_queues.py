@@ -193,6 +193,9 @@ def test_the_cli_pauses_lists_and_resumes(conn, database_url):
     assert run_cli("queues", "resume", **env).returncode == 2  # neither a NAME nor --all
     resumed = run_cli("queues", "resume", "--all", **env)
     assert (resumed.returncode, resumed.stdout.strip()) == (0, "jobq: queue mail resumed"), resumed.stderr
+    typo = run_cli("queues", "resume", "mial", **env)
+    assert (typo.returncode, typo.stdout.strip()) == (0, "jobq: queue mial not resumed: it was never paused")
+    assert typo.stderr.strip() == "jobq: warning: no job, worker or schedule has ever named queue 'mial': a typo?"
     bad = run_cli("queues", "pause", "", **env)
     assert (bad.returncode, bad.stderr.strip()) == (1, "jobq: name: must be a string of 1 to 100 characters")
 

@@ -49,7 +49,7 @@ def test_a_paused_queue_starts_no_job_on_two_supervisors_until_it_is_resumed(led
 
     paused = web.request("POST", "/queues/held/pause", {"reason": "e2e"})
     returned_at = scalar(conn, "SELECT clock_timestamp()")
-    assert paused.status == 200 and paused.json() == {"queues": ["held"], "changed": ["held"]}, paused.body
+    assert paused.status == 200 and paused.json() == {"queues": ["held"], "changed": ["held"], "unknown": []}, paused.body
     other_done = scalar(conn, DONE, "other")
 
     time.sleep(PAUSED_FOR)
@@ -59,6 +59,6 @@ def test_a_paused_queue_starts_no_job_on_two_supervisors_until_it_is_resumed(led
     assert (held["name"], held["paused"], held["reason"], held["workers"]) == ("held", True, "e2e", 4)
     assert held["depth"]["pending"] > 0
 
-    assert web.request("POST", "/queues/held/resume").json() == {"queues": ["held"], "changed": ["held"]}
+    assert web.request("POST", "/queues/held/resume").json() == {"queues": ["held"], "changed": ["held"], "unknown": []}
     wait_for(lambda: scalar(conn, DONE, "held") == 60 and scalar(conn, DONE, "other") == 150, 30, "every job done")
     assert scalar(conn, "SELECT count(DISTINCT job_id) FROM test_ledger") == 210

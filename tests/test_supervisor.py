@@ -8,6 +8,7 @@ process then does is tested end to end in test_daemon_*.py.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -345,3 +346,48 @@ def test_a_cancelled_run_that_ended_on_its_own_is_not_killed(supervisor, system)
     supervisor.murder_workers()
     assert proc.kill_kind is None
     os.close(pipe.fd)
+
+
+def test_a_graceful_stop_says_how_long_it_waits_for_which_jobs_then_names_each_job_killed(supervisor, system, caplog):
+    supervisor.settings = supervisor.settings.model_copy(update={"graceful_timeout": 0.3})
+    supervisor.manage_workers()
+    busy = list(supervisor.workers.values())[:2]
+    for job_id, proc in zip((8, 9), busy):
+        proc.show(running(job_id, deadline_in=60))
+    original = system.kill
+
+    def kill(pid: int, signum: int, *, group: bool = False) -> None:  # TERM ignored by the busy ones: long jobs
+        if signum == signal.SIGTERM and pid in {p.pid for p in busy}:
+            system.sent.append((pid, signum))
+        else:
+            original(pid, signum, group=group)
+
+    system.kill = kill
+    with caplog.at_level(logging.INFO, logger="jobq.daemon.supervisor"):
+        supervisor.stop(graceful=True)
+    lines = [r.getMessage() for r in caplog.records]
+    assert "supervisor.draining jobs=8,9: waiting up to 0.3 s for 2 running jobs" in lines[0]
+    killed = [line for line in lines if line.startswith("supervisor.graceful_timeout")]
+    assert sorted(line.split("job=")[1].split(":")[0] for line in killed) == ["8", "9"]
+
+
+def test_a_maintenance_process_that_cannot_start_halts_the_supervisor(supervisor, system):
+    system.exit(supervisor.maintenance.pid, exited(EXIT_BOOT_ERROR))
+    with pytest.raises(Halt, match="maintenance process failed to start"):
+        supervisor.reap_workers()
+
+
+def test_a_maintenance_process_dying_at_start_is_respawned_after_a_growing_wait(supervisor, system):
+    """Respawned at once, it would crash-loop (and flood the log) as fast as it can fork."""
+    for expected_wait in (0.5, 1.0):
+        dead = supervisor.maintenance
+        dead.spawned = time.monotonic()  # it dies right after its start
+        system.exit(dead.pid, exited(1))
+        supervisor.reap_workers()
+        supervisor.manage_maintenance()
+        assert supervisor.maintenance is None  # not yet: waiting
+        until = max(supervisor.maintenance_respawns._until.values())
+        assert until - time.monotonic() == pytest.approx(expected_wait, abs=0.2)
+        supervisor.maintenance_respawns._until.clear()  # the wait is over
+        supervisor.manage_maintenance()
+        assert supervisor.maintenance is not None and supervisor.maintenance.pid != dead.pid

@@ -4,6 +4,7 @@ flask-openapi3-swagger package: no CDN, works offline)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import cast
 
@@ -19,7 +20,30 @@ docs = Blueprint("docs", __name__, static_folder=SWAGGER_ASSETS, static_url_path
 @docs.get("/openapi.json")
 def openapi_document() -> dict:
     """The OpenAPI document (built once per process, on first request)."""
-    return cast(OpenAPI, current_app).api_doc
+    return whole_sentence_summaries(cast(OpenAPI, current_app).api_doc)
+
+
+# The end of a sentence: a full stop (question or exclamation mark) before a space, a
+# line break flask-openapi3 wrote as <br/>, or the end; "jobq.Cancelled" is no end.
+SENTENCE_END = re.compile(r"[.?!](?=\s|<br/>|$)")
+
+
+def whole_sentence_summaries(doc: dict) -> dict:
+    """Each operation's summary as its docstring's whole first sentence, the rest its
+    description (in place; a second call changes nothing). flask-openapi3 takes the
+    first line of the docstring, which ends wherever the line was wrapped."""
+    for operations in doc.get("paths", {}).values():
+        for operation in operations.values():
+            summary = operation.get("summary")
+            if not isinstance(summary, str) or SENTENCE_END.search(summary.rstrip()[-1:] or "."):
+                continue
+            text = f"{summary.rstrip()} {operation.get('description') or ''}".strip()
+            end = SENTENCE_END.search(text)
+            cut = end.end() if end else len(text)
+            operation["summary"] = text[:cut].replace("<br/>", " ")
+            rest = text[cut:].strip()
+            operation["description"] = rest.removeprefix("<br/>").strip()
+    return doc
 
 
 @docs.get("/docs")

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from jobq.errors import Conflict, DatabaseUnavailable, InvalidArgument, JobqError, NotFound, Overloaded
-from jobq.errors import OutcomeUnknown
+from jobq.errors import OutcomeUnknown, UnhandledType
 from web.schemas import LOCATIONS
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,8 @@ def _http_error(exc: HTTPException) -> Response:
 
 
 def _jobq_error(exc: JobqError) -> Response:
+    if isinstance(exc, UnhandledType):  # JOBQ_UNKNOWN_TYPES=reject: 422 shaped as a body's validation failure
+        return error_response(422, [{"loc": ["body", "type"], "msg": exc.message, "type": "unhandled_type"}])
     status = next((code for cls, code in STATUSES if isinstance(exc, cls)), 500)
     if status == 503:
         log.warning("api.database_unavailable reason=%s", exc)

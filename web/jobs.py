@@ -7,6 +7,7 @@ from flask import request
 
 import jobq
 from jobq.errors import InvalidArgument
+from jobq.handlers import known
 from jobq.jobs.submit import submit
 from web import jsonio
 from web.auth import request_actor
@@ -44,10 +45,14 @@ def create_job(body: JobBody) -> tuple[dict, int]:
     """Enqueue a job.
 
     201 with the new job; 200 with the job that holds the Idempotency-Key (header, or
-    the body's idempotency_key) in its scope (unique_while), if one does.
+    the body's idempotency_key) in its scope (unique_while), if one does. With
+    JOBQ_UNKNOWN_TYPES=reject, 422 when no live worker has a handler for its type.
     """
     spec = _with_key(body, _idempotency_key())
     spec.key_scope()  # a scope without a key: 422 before the job joins a grouped insert
+    if api().settings.unknown_types == "reject":  # 422 for a type no live worker has a handler for
+        with api().database.connection() as conn:
+            known.check(spec.type, "reject", conn=conn)
     if spec.idempotency_key is None:
         return api().enqueuer.submit(spec).to_dict(), 201
     with api().database.connection() as conn:

@@ -48,20 +48,29 @@ def list_queues() -> dict:
 def pause(path: QueuePath) -> dict:
     """Pause a queue (created if it has no row yet): no worker starts its jobs once this
     answers; enqueueing continues, running jobs finish. Pausing a paused queue changes
-    nothing (``changed`` is empty)."""
+    nothing (``changed`` is empty). A queue no job, worker or schedule has ever named is
+    paused too, listed in ``unknown`` with a ``warning``."""
     body = _pause_body()
     with api().database.connection() as conn:
         change = library.pause(path.name, reason=body.reason, actor=request_actor(conn), conn=conn)
-    return {"queues": change.queues, "changed": change.changed}
+    return _change(change)
 
 
 @queues.post("/queues/<path:name>/resume", responses={200: QueueChange, 400: Error, 404: Error})
 def resume(path: QueuePath) -> dict:
     """Resume a queue: idle workers are woken at once. Resuming a queue that is not
-    paused changes nothing (``changed`` is empty)."""
+    paused changes nothing (``changed`` is empty); one no job, worker or schedule has
+    ever named is listed in ``unknown`` with a ``warning``."""
     with api().database.connection() as conn:
         change = library.resume(path.name, actor=request_actor(conn), conn=conn)
-    return {"queues": change.queues, "changed": change.changed}
+    return _change(change)
+
+
+def _change(change: library.Change) -> dict:
+    answer: dict = {"queues": change.queues, "changed": change.changed, "unknown": change.unknown}
+    if change.unknown:
+        answer["warning"] = f"no job, worker or schedule has ever named queue {', '.join(change.unknown)}: a typo?"
+    return answer
 
 
 def _pause_body() -> PauseBody:

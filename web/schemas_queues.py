@@ -63,6 +63,8 @@ class QueueChange(BaseModel):
 
     queues: list[str]
     changed: list[str]
+    unknown: list[str] = Field(description="Queues no job, pause, worker or schedule had named before: a typo?")
+    warning: str | None = Field(None, description="Present when ``unknown`` is not empty.")
 
 
 class DeadLetterGroupOut(BaseModel):

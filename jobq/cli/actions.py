@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from jobq.cli.common import fail, session
+from jobq.cli.common import console, fail, session
 from jobq.job import STATUSES
 from jobq.jobs import audit, control, operations
 from jobq.store import connections
@@ -118,7 +118,6 @@ def _report(operation: operations.Operation) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, for scripts.")
 def audit_trail(limit: int, before: int | None, as_json: bool) -> None:
     """Who did what to the queue, newest first."""
-    from rich.console import Console
     from rich.table import Table
 
     with session() as conn, connections.database_errors():
@@ -135,7 +134,7 @@ def audit_trail(limit: int, before: int | None, as_json: bool) -> None:
             str(entry.id), f"{entry.at:%Y-%m-%d %H:%M:%S}", entry.actor, entry.action,
             json.dumps(entry.target, separators=(",", ":")), json.dumps(entry.counts, separators=(",", ":")),
         )
-    Console().print(table)
+    console().print(table)
     if len(entries) == limit:
         click.echo(f"jobq: more with --before {entries[-1].id}")
 

@@ -8,7 +8,7 @@ import json
 
 import click
 
-from jobq.cli.common import database, load_settings
+from jobq.cli.common import console, database, load_settings
 from jobq.store import connections
 
 
@@ -22,7 +22,6 @@ def dead() -> None:
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
 def dead_list(job_type: str | None, limit: int) -> None:
     """Dead-letter rows, newest first."""
-    from rich.console import Console
     from rich.table import Table
 
     from jobq.job import last_line
@@ -39,7 +38,7 @@ def dead_list(job_type: str | None, limit: int) -> None:
             str(row.id), str(row.original_id), row.type, row.queue, str(row.attempts),
             f"{row.died_at:%Y-%m-%d %H:%M:%S}", str(row.replayed_as or ""), last_line(row.error)[:80],
         )
-    Console().print(table)
+    console().print(table)
 
 
 @dead.command("replay")
@@ -71,7 +70,6 @@ def dead_discard(dead_letter_id: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON, for scripts.")
 def dead_groups(limit: int, as_json: bool) -> None:
     """Dead letters waiting, grouped by type and cause, most recently seen first."""
-    from rich.console import Console
     from rich.table import Table
 
     from jobq.jobs.dead_letters import groups
@@ -91,4 +89,4 @@ def dead_groups(limit: int, as_json: bool) -> None:
             g.id, g.type, str(g.count), f"{g.first_seen:%Y-%m-%d %H:%M:%S}", f"{g.last_seen:%Y-%m-%d %H:%M:%S}",
             str(g.example_id), g.signature,
         )
-    Console().print(table)
+    console().print(table)

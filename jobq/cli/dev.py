@@ -5,18 +5,24 @@ runs with its data in ``.jobq/pg`` (kept between runs; ``--reset`` starts empty)
 Then the Procfile's ``release`` step runs (migrate), and its ``web`` and ``worker``
 processes run side by side under honcho, their output prefixed on this terminal.
 Ctrl-C stops them (running jobs get JOBQ_GRACEFUL_TIMEOUT to finish), then the
-embedded server.
+embedded server. While it runs, the other ``jobq`` commands of this checkout find the
+embedded server without ``DATABASE_URL`` (:mod:`jobq.cli.dev_database`). Once the API
+answers, a banner ends with the dashboard's address and the database URL.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import click
 
+from jobq.cli import dev_database
 from jobq.errors import ConfigError
 from jobq.settings import Settings
 from jobq.store import connections
@@ -24,6 +30,7 @@ from jobq.store.embedded import EmbeddedPostgres
 from jobq.store.migrate import migrate
 
 PROCESSES = ("web", "worker")  # the Procfile's release step runs here, in-process
+READY_PATIENCE = 120.0  # seconds the banner waits for the API to accept connections
 
 
 def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset: bool) -> int:
@@ -42,6 +49,7 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
         click.echo(f"jobq dev: starting the embedded PostgreSQL 16 in {server.data_dir} ...")
         server.start()
         url = server.url()
+        dev_database.publish(data_dir, url)
         where = f"embedded PostgreSQL 16, data in {server.data_dir}, server log {server.log_file}"
     else:
         where = "DATABASE_URL (your server)"
@@ -58,7 +66,10 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
             "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{port} {os.environ.get('GUNICORN_CMD_ARGS', '')}".strip(),
             "PYTHONUNBUFFERED": "1",
         }
-        _banner(port, where, len(applied), settings.dashboard)
+        if not os.environ.get("JOBQ_QUEUES"):
+            env.setdefault("JOBQ_ALL_QUEUES", "true")  # one worker serves every queue the tour uses
+        banner = _Banner(port, url if server is not None else None, where, len(applied), settings.dashboard)
+        threading.Thread(target=banner.print_when_ready, name="jobq dev banner", daemon=True).start()
         # honcho SIGKILLs what is still running this long after Ctrl-C: leave the
         # workers their graceful timeout first.
         honcho.manager.KILL_WAIT = int(settings.graceful_timeout) + 5
@@ -69,6 +80,7 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
         return int(manager.returncode or 0) if manager.returncode not in (130, 143) else 0
     finally:
         if server is not None:
+            dev_database.withdraw(data_dir)
             server.stop()
             click.echo("jobq dev: embedded PostgreSQL stopped; the data stays for next time (--reset to start empty)")
 
@@ -87,13 +99,36 @@ def _commands(procfile: Path) -> dict[str, str]:
     return {name: f"exec {command}" for name, command in processes.items()}
 
 
-def _banner(port: int, where: str, migrations: int, dashboard: str) -> None:
-    click.echo("")
-    if dashboard != "off":
-        shown = "" if dashboard == "full" else f"   ({dashboard})"
-        click.echo(f"  dashboard    http://127.0.0.1:{port}/dashboard{shown}")
-    click.echo(f"  jobq API     http://127.0.0.1:{port}   (docs: http://127.0.0.1:{port}/docs)")
-    click.echo(f"  database     {where}" + (f"; {migrations} migration(s) applied" if migrations else ""))
-    click.echo("  logs         web and worker output below, prefixed by process")
-    click.echo("  stop         Ctrl-C (running jobs get JOBQ_GRACEFUL_TIMEOUT to finish)")
-    click.echo("")
+class _Banner:
+    """What to open and how to stop, printed once the API accepts connections (after
+    the processes' start-up lines, so that it is what a newcomer sees last)."""
+
+    def __init__(self, port: int, url: str | None, where: str, migrations: int, dashboard: str) -> None:
+        self.port, self.url, self.where, self.migrations, self.dashboard = port, url, where, migrations, dashboard
+
+    def print_when_ready(self) -> None:
+        deadline = time.monotonic() + READY_PATIENCE
+        while time.monotonic() < deadline and not self._api_listening():
+            time.sleep(0.2)
+        click.echo("\n".join(self.lines()))
+
+    def _api_listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def lines(self) -> list[str]:
+        port = self.port
+        applied = f"; {self.migrations} migration(s) applied" if self.migrations else ""
+        lines = ["", f"  jobq API     http://127.0.0.1:{port}   (docs: http://127.0.0.1:{port}/docs)",
+                 f"  database     {self.where}{applied}",
+                 "  logs         web and worker output above, prefixed by process",
+                 "  stop         Ctrl-C (running jobs get JOBQ_GRACEFUL_TIMEOUT to finish)"]
+        if self.url is not None:
+            lines.append(f"  DATABASE_URL {self.url}   (jobq commands in this checkout use it when unset)")
+        if self.dashboard != "off":
+            shown = "" if self.dashboard == "full" else f"   ({self.dashboard})"
+            lines.append(f"  dashboard    http://127.0.0.1:{port}/dashboard{shown}")
+        return lines + [""]

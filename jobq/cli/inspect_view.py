@@ -15,6 +15,7 @@ def render(snap: Snapshot) -> Group:
         _depth(snap),
         _workers(snap),
         _oldest(snap),
+        *([_no_handler(snap)] if snap.no_handler else []),
         _failures(snap),
         _dead(snap),
         _locks(snap),
@@ -54,6 +55,13 @@ def _oldest(snap: Snapshot) -> Table:
     if snap.oldest_pending:
         o = snap.oldest_pending
         table.add_row(str(o.id), o.type, o.queue, f"{o.age_seconds:.1f} s")
+    return table
+
+
+def _no_handler(snap: Snapshot) -> Table:
+    table = _table("no handler (a typo?)", "type", "pending jobs")
+    for job_type, n in snap.no_handler.items():
+        table.add_row(Text(job_type, style="red"), str(n))
     return table
 
 

@@ -1,7 +1,9 @@
 """The ``jobq`` command line (also ``python -m jobq``).
 
-Errors jobq raises on purpose print one line, ``jobq: <message>``, and exit 1;
-click's usage errors exit 2.
+Errors print one line, ``jobq: <message>``, on stderr. Exit codes: 1 when the command
+ran and failed (a job not found, the database unavailable); 2 when it was called wrong:
+click's usage errors and a bad configuration value (``EXIT_CONFIG``, the message naming
+the variable or flag), before anything starts.
 """
 
 from __future__ import annotations
@@ -14,22 +16,26 @@ from typing import Any
 import click
 
 from jobq.cli import actions
-from jobq.cli.common import database, fail, load_settings, wait_for
+from jobq.cli.common import console, database, fail, load_settings, wait_for
 from jobq.cli.dead import dead
+from jobq.cli.jobs import enqueue, show
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
-from jobq.errors import JobqError
+from jobq.errors import ConfigError, JobqError
+from jobq.settings import EXIT_CONFIG
 from jobq.store import connections
 from jobq.store.migrate import migrate as apply_migrations
 from jobq.store.migrate import required_version
 
 
 class Group(click.Group):
-    """Turns JobqError from any command into one line and exit 1."""
+    """Turns JobqError from any command into one line and exit 1 (ConfigError: 2)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_CONFIG)
         except JobqError as exc:
             fail(str(exc))
 
@@ -63,11 +69,16 @@ def migrate(wait_seconds: float, convert: bool) -> None:
 @main.command()
 @click.option("--concurrency", type=click.IntRange(min=1), help="Worker processes [JOBQ_CONCURRENCY; CPU count].")
 @click.option("--queues", help="Comma-separated queues to work [JOBQ_QUEUES; default].")
-def worker(concurrency: int | None, queues: str | None) -> None:
+@click.option("--all-queues", "all_queues", is_flag=True, default=None,
+              help="Work every queue that has jobs, queues created later too [JOBQ_ALL_QUEUES]; "
+                   "for small deployments (make run's default).")
+def worker(concurrency: int | None, queues: str | None, all_queues: bool | None) -> None:
     """Run the supervisor: worker processes and one maintenance process."""
     from jobq.daemon.supervisor import Supervisor
 
-    settings = load_settings(concurrency=concurrency, queues=queues)
+    if queues is not None and all_queues:
+        raise click.UsageError("--queues and --all-queues: name the queues or serve them all, not both")
+    settings = load_settings(concurrency=concurrency, queues=queues, all_queues=all_queues)
     settings.require_database_url()
     sys.exit(Supervisor(settings).run())
 
@@ -79,8 +90,6 @@ def worker(concurrency: int | None, queues: str | None) -> None:
 def inspect(watch: bool, interval: float, as_json: bool) -> None:
     """Queue depth, workers, the oldest pending job, failures, dead letters, locks."""
     import json
-
-    from rich.console import Console
     from rich.live import Live
 
     from jobq.cli.inspect_view import render
@@ -92,7 +101,7 @@ def inspect(watch: bool, interval: float, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(take().to_dict(), indent=2))
         elif not watch:
-            Console().print(render(take()))
+            console().print(render(take()))
         else:
             try:
                 with Live(render(take()), auto_refresh=False, screen=False) as live:
@@ -127,11 +136,13 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
     and the workers, until Ctrl-C."""
     from jobq.cli import dev as dev_mode
 
-    settings = load_settings()
+    settings = load_settings(find_dev_database=False)  # it starts its own
     code = dev_mode.run(settings, data_dir=data_dir, procfile=procfile, port=port or settings.port, reset=reset)
     sys.exit(code)
 
 
+main.add_command(enqueue)
+main.add_command(show)
 main.add_command(queues)
 main.add_command(dead)
 main.add_command(schedules)

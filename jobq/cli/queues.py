@@ -4,12 +4,16 @@ operator's commands of :mod:`jobq.jobs.queues`. jobq.cli.main adds the group to 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
-from jobq.cli.common import database, load_settings
+from jobq.cli.common import console, database, load_settings
 from jobq.jobs import audit
 from jobq.store import connections
+
+if TYPE_CHECKING:
+    from jobq.jobs.queues import Change
 
 
 @click.group()
@@ -21,7 +25,6 @@ def queues() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the same data as JSON, for scripts.")
 def queues_list(as_json: bool) -> None:
     """Every queue known, with its pause, depth per status, workers and oldest due job."""
-    from rich.console import Console
     from rich.table import Table
 
     from jobq.job import STATUSES
@@ -42,7 +45,7 @@ def queues_list(as_json: bool) -> None:
         why = f"{q.paused_by}: {q.reason or '-'}" if q.paused_at else ""
         oldest = "-" if q.oldest_pending_age_seconds is None else f"{q.oldest_pending_age_seconds:.1f} s"
         table.add_row(q.name, since, *(str(q.depth[s]) for s in STATUSES), str(q.workers), oldest, why)
-    Console().print(table)
+    console().print(table)
 
 
 @queues.command("pause")
@@ -61,7 +64,7 @@ def queues_pause(name: str | None, every: bool, reason: str | None) -> None:
             change = pause_all(reason=reason, actor=audit.cli_actor(), conn=conn)
         else:
             change = pause(name, reason=reason, actor=audit.cli_actor(), conn=conn)  # type: ignore[arg-type]
-    _report("paused", change.queues, change.changed)
+    _report("paused", change)
 
 
 @queues.command("resume")
@@ -79,7 +82,7 @@ def queues_resume(name: str | None, every: bool) -> None:
             change = resume_all(actor=audit.cli_actor(), conn=conn)
         else:
             change = resume(name, actor=audit.cli_actor(), conn=conn)  # type: ignore[arg-type]
-    _report("resumed", change.queues, change.changed)
+    _report("resumed", change)
 
 
 def _one_or_all(name: str | None, every: bool) -> None:
@@ -87,11 +90,18 @@ def _one_or_all(name: str | None, every: bool) -> None:
         raise click.UsageError("give either a queue NAME or --all")
 
 
-def _report(verb: str, named: list[str], changed: list[str]) -> None:
-    if not named:
+def _report(verb: str, change: Change) -> None:
+    for queue in change.unknown:
+        click.echo(f"jobq: warning: no job, worker or schedule has ever named queue {queue!r}: a typo?", err=True)
+    if not change.queues:
         click.echo(f"jobq: no queue to be {verb}")
-    for queue in named:
-        click.echo(f"jobq: queue {queue} {verb}" if queue in changed else f"jobq: queue {queue} was already {verb}")
+    for queue in change.queues:
+        if queue in change.changed:
+            click.echo(f"jobq: queue {queue} {verb}")
+        elif queue not in change.unknown:
+            click.echo(f"jobq: queue {queue} was already {verb}")
+        else:
+            click.echo(f"jobq: queue {queue} not {verb}: it was never paused")
 
 
 #END

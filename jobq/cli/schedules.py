@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from jobq.cli.common import session
+from jobq.cli.common import console, session
 from jobq.job import last_line
 from jobq.jobs import audit
 from jobq.schedules import stored
@@ -45,7 +45,6 @@ def _state(schedule: stored.Schedule) -> str:
 @schedules.command("list")
 def schedules_list() -> None:
     """Every schedule: its expression, state, next and last run, last job's status."""
-    from rich.console import Console
     from rich.table import Table
 
     with session() as conn, connections.database_errors():
@@ -56,14 +55,13 @@ def schedules_list() -> None:
     for s in rows:
         last_job = f"{s.last_job_id} {s.last_job_status or 'gone'}" if s.last_job_id else ""
         table.add_row(s.name, s.cron, s.tz, s.type, s.queue, _state(s), _when(s.next_run_at), _when(s.last_run_at), last_job)
-    Console().print(table)
+    console().print(table)
 
 
 @schedules.command("show")
 @click.argument("name")
 def schedules_show(name: str) -> None:
     """One schedule and its latest jobs."""
-    from rich.console import Console
     from rich.table import Table
 
     with session() as conn, connections.database_errors():
@@ -80,7 +78,7 @@ def schedules_show(name: str) -> None:
     for job in detail.jobs:
         table.add_row(str(job.id), _when(job.scheduled_for) or "run now", job.status, str(job.attempt),
                       _when(job.created_at), last_line(job.error)[:60])
-    Console().print(table)
+    console().print(table)
 
 
 @schedules.command("pause")

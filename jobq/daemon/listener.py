@@ -74,12 +74,13 @@ class Listener:
     thread-safe: one thread owns it."""
 
     def __init__(
-        self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str | None = None
+        self, url: str, queues: Sequence[str] | None = (), *, application_name: str, channel: str | None = None
     ) -> None:
-        """``channel``: what to LISTEN on; by default the wake-up channel, as the schema
-        names it (jobq_wake_channel(), asked at each connect)."""
+        """``queues``: whose wake-ups to take (None: every queue's). ``channel``: what to
+        LISTEN on; by default the wake-up channel, as the schema names it
+        (jobq_wake_channel(), asked at each connect)."""
         self.url = url
-        self.queues = frozenset(queues)
+        self.queues = None if queues is None else frozenset(queues)
         self.application_name = application_name
         self.channel = channel
         self.conn: psycopg.Connection | None = None
@@ -186,7 +187,7 @@ class Listener:
             if taken:
                 continue
             queue, jobs = idle.parse(note.extra.decode(self._encoding))
-            taken = queue in self.queues and waking.wakes(jobs)
+            taken = (self.queues is None or queue in self.queues) and waking.wakes(jobs)
         return taken
 
     def _sleep(self, until: float, wake_fds: Sequence[int]) -> bool:

@@ -16,8 +16,22 @@ from jobq.store.sql.workers import (
 from jobq.store.connections import Connection
 
 
-def register(conn: Connection, worker_id: str, hostname: str, pid: int, queues: Sequence[str]) -> None:
-    conn.execute(WORKER_REGISTER, {"id": worker_id, "hostname": hostname, "pid": pid, "queues": list(queues)})
+def register(
+    conn: Connection,
+    worker_id: str,
+    hostname: str,
+    pid: int,
+    queues: Sequence[str],
+    *,
+    all_queues: bool = False,
+    handler_types: Sequence[str] | None = None,
+) -> None:
+    """Announce a worker: the queues it serves (``all_queues``: every queue, ``queues``
+    then empty) and the job types it has handlers for (None: not said)."""
+    conn.execute(WORKER_REGISTER, {
+        "id": worker_id, "hostname": hostname, "pid": pid, "queues": list(queues), "all_queues": all_queues,
+        "handler_types": None if handler_types is None else sorted(handler_types),
+    })
 
 
 def declare(conn: Connection, worker_id: str, schedules: Mapping[str, str]) -> None:

@@ -104,7 +104,8 @@ class Respawns:
     goes dead after its retries), not the pool.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, process: str = "worker") -> None:
+        self.process = process  # what the log line names: "worker" (by slot) or "maintenance"
         self._delay: dict[int, float] = {}
         self._until: dict[int, float] = {}
 
@@ -117,7 +118,7 @@ class Respawns:
             return
         delay = min(max(self._delay.get(slot, 0.0) * 2, 0.5), CRASH_BACKOFF_MAX)
         self._delay[slot], self._until[slot] = delay, now + delay
-        log.warning("supervisor.crash_loop slot=%s respawn_in=%.1fs", slot, delay)
+        log.warning("supervisor.crash_loop process=%s slot=%s respawn_in=%.1fs", self.process, slot, delay)
 
     def waiting(self) -> set[int]:
         """The slots whose wait is not over."""
@@ -213,6 +214,7 @@ class MaintenanceProcess:
     pid: int
     fd: int
     control: messages.Reader
+    spawned: float = 0.0  # time.monotonic() at the fork
 
     def tell(self, message: messages.Spawned | messages.Gone) -> None:
         try:

@@ -60,6 +60,8 @@ class Supervisor:
         self.wakeup: SelfPipe | None = None
         self.stopping = False
         self.respawns = Respawns()
+        # A maintenance process that keeps dying at start backs off the same way (slot 0).
+        self.maintenance_respawns = Respawns("maintenance")
         self.idle_board = IdleBoard()  # shared with every worker forked from here
         self.job_board = JobBoard()  # what each worker runs: written by it, read here
 
@@ -69,7 +71,7 @@ class Supervisor:
         """Supervise until stopped; return the exit code."""
         self.install_signals()
         log.info("supervisor.started pid=%s workers=%s queues=%s",
-                 os.getpid(), self.num_workers, ",".join(self.settings.queues))
+                 os.getpid(), self.num_workers, "(all)" if self.settings.all_queues else ",".join(self.settings.queues))
         try:
             self.spawn_maintenance()
             self.manage_workers()
@@ -160,7 +162,7 @@ class Supervisor:
         maintenance = Maintenance(self.settings, read_fd, control_write)
         pid = self.fork(maintenance.run, ours=(write_fd, control_read), theirs=(read_fd, control_write))
         os.set_blocking(write_fd, False)
-        self.maintenance = MaintenanceProcess(pid, write_fd, messages.Reader(control_read))
+        self.maintenance = MaintenanceProcess(pid, write_fd, messages.Reader(control_read), time.monotonic())
         for proc in self.workers.values():
             self.maintenance.tell(messages.Spawned(proc.worker_id))
 
@@ -215,13 +217,22 @@ class Supervisor:
             if pid == 0:
                 return
             if self.maintenance is not None and pid == self.maintenance.pid:
-                log.warning("supervisor.maintenance_exited status=%s", messages.describe_exit(status))
-                self.maintenance.close()
-                self.maintenance = None
+                self.maintenance_exited(self.maintenance, status)
                 continue
             proc = self.workers.pop(pid, None)
             if proc is not None:
                 self.worker_exited(proc, status)
+
+    def maintenance_exited(self, proc: MaintenanceProcess, status: int) -> None:
+        """Respawned after a wait that doubles while it keeps dying soon after its start;
+        one that could not start for a configuration reason halts the supervisor."""
+        log.warning("supervisor.maintenance_exited status=%s", messages.describe_exit(status))
+        proc.close()
+        self.maintenance = None
+        if os.waitstatus_to_exitcode(status) == EXIT_BOOT_ERROR and not self.stopping:
+            raise Halt("the maintenance process failed to start (its log line above says why)")
+        if not self.stopping:
+            self.maintenance_respawns.died(0, spawned=proc.spawned, running_job=False)
 
     def worker_exited(self, proc: WorkerProcess, status: int) -> None:
         proc.read_reports()
@@ -288,7 +299,7 @@ class Supervisor:
             self.spawn_worker(slot)
 
     def manage_maintenance(self) -> None:
-        if not self.stopping and self.maintenance is None:
+        if not self.stopping and self.maintenance is None and not self.maintenance_respawns.waiting():
             self.spawn_maintenance()
 
     def tell_maintenance(self, message: messages.Spawned | messages.Gone) -> None:
@@ -303,6 +314,11 @@ class Supervisor:
         """Stop every worker (gracefully: let running jobs finish within
         JOBQ_GRACEFUL_TIMEOUT, then kill), then the maintenance process."""
         self.stopping = True
+        running = [job for proc in self.workers.values() if (job := proc.running_job()) is not None]
+        if graceful and running:
+            log.info("supervisor.draining jobs=%s: waiting up to %s s for %s running jobs; any still running then "
+                     "is killed and goes back to pending", ",".join(str(job.job_id) for job in running),
+                     f"{self.settings.graceful_timeout:g}", len(running))
         for proc in list(self.workers.values()):
             if graceful:
                 self.retire(proc)

@@ -8,6 +8,8 @@ import the built-ins and every module named in ``JOBQ_HANDLERS``.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -125,6 +127,11 @@ def _exceptions(field: str, value: object) -> Exceptions:
     return classes  # type: ignore[return-value]
 
 
+def names() -> list[str]:
+    """The job types with a handler in this process, sorted (what a worker announces)."""
+    return sorted(_handlers)
+
+
 def find(name: str) -> Handler | None:
     """The handler registered for a job type, None when there is none."""
     return _handlers.get(name)
@@ -133,9 +140,24 @@ def find(name: str) -> Handler | None:
 def load(modules: Iterable[str]) -> None:
     """Import the built-in handlers and ``modules`` so that they register.
 
-    Workers call this after the fork, so a worker started after HUP runs the code on
-    disk now. ImportError and any error raised by a module propagate: a worker that
-    cannot load its handlers must not start.
+    ``modules`` are found as ``python -m`` finds them: from the current directory first,
+    then ``sys.path`` (the current directory is added to it when missing, which it is
+    for a console script such as ``jobq``). Workers call this after the fork, so a
+    worker started after HUP runs the code on disk now. Any error raised by a module
+    propagates; a module not found raises ImportError naming it and the directory
+    searched: a worker that cannot load its handlers must not start.
     """
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     for module_name in (BUILTIN_MODULE, *modules):
-        importlib.import_module(module_name)
+        try:
+            importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+                raise  # the module was found; something it imports was not
+            raise ModuleNotFoundError(
+                f"JOBQ_HANDLERS: no module named {exc.name!r} in the current directory ({here}) "
+                "or on PYTHONPATH / sys.path (run the worker from your project's root, or set PYTHONPATH)",
+                name=exc.name,
+            ) from None

@@ -11,6 +11,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from jobq.store.sql.dead_letters import (
+    DEAD_LETTER_GET_GROUP_OF_JOB,
     DEAD_LETTER_DELETE,
     DEAD_LETTER_DISCARD_IF_WAITING,
     DEAD_LETTER_GET,
@@ -81,6 +82,13 @@ def list_dead(
             items = cur.execute(query, params).fetchall()
         total = c.execute(sql.SQL(DEAD_LETTER_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
     return Page(items, int(total), limit, offset)
+
+
+def group_of_job(job_id: int, *, conn: Connection | None = None) -> tuple[int, str | None] | None:
+    """The dead letter job ``job_id`` left (its id) and the group it is in, or None."""
+    with connection(conn) as c:
+        found = c.execute(DEAD_LETTER_GET_GROUP_OF_JOB, {"job_id": job_id}).fetchone()
+    return (int(found[0]), found[1]) if found else None
 
 
 def replay(dead_letter_id: int, *, conn: Connection | None = None) -> Job:

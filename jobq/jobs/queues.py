@@ -17,7 +17,7 @@ likewise. Every pause and resume writes its audit row in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ import jobq.settings
 from jobq.store.sql.queues import (
     JOB_GET_OLDEST_DUE,
     QUEUE_LIST,
+    QUEUE_LIST_NEVER_NAMED,
     QUEUE_PAUSE_IF_NOT_PAUSED,
     QUEUE_RESUME_IF_PAUSED,
 )
@@ -61,10 +62,12 @@ class Queue:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What a pause or resume did: the queues it named, and those whose state changed."""
+    """What a pause or resume did: the queues it named, those whose state changed, and
+    those no job, pause, worker or schedule had ever named (most likely a typo)."""
 
     queues: list[str]
     changed: list[str]
+    unknown: list[str] = field(default_factory=list)
 
 
 def check_name(name: Any, field: str = "name") -> str:
@@ -109,6 +112,12 @@ def names(*, stale_seconds: float | None = None, conn: Connection | None = None)
     return [queue.name for queue in list_queues(stale_seconds=stale_seconds, conn=conn)]
 
 
+def with_pending(conn: Connection) -> list[str]:
+    """The queues that hold pending jobs now, due or scheduled (from the counters: a
+    small table, no jobs scan), by name: what a worker with ``--all-queues`` serves."""
+    return sorted(queue for queue, depth in counts(conn=conn).queues.items() if depth.get("pending"))
+
+
 def list_queues(*, stale_seconds: float | None = None, conn: Connection | None = None) -> list[Queue]:
     """Every queue known (from the counters, ``jobq_queues`` and the workers whose
     heartbeat is younger than ``stale_seconds``, by default JOBQ_STALE_THRESHOLD), by
@@ -124,9 +133,9 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
             pending = [q for q, depth in reading.queues.items() if depth.get("pending")]
             cur_oldest = c.execute(JOB_GET_OLDEST_DUE, {"queues": pending})
             rows = {name: (at, by, reason) for name, at, by, reason in cur_paused.fetchall()}
-            worker_queues = [queues for (queues,) in cur_workers.fetchall()]
+            worker_queues = cur_workers.fetchall()
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
-    known = set(reading.queues) | set(rows) | {q for queues in worker_queues for q in queues}
+    known = set(reading.queues) | set(rows) | {q for queues, _ in worker_queues for q in queues}
     listed = []
     for name in sorted(known):
         paused_at, paused_by, reason = rows.get(name, (None, None, None))
@@ -139,7 +148,7 @@ def list_queues(*, stale_seconds: float | None = None, conn: Connection | None =
                 paused_by=paused_by,
                 reason=reason,
                 depth={status: int(depth.get(status, 0)) for status in STATUSES},
-                workers=sum(1 for queues in worker_queues if name in queues),
+                workers=sum(1 for queues, every in worker_queues if every or name in queues),
                 oldest_pending_age_seconds=oldest.get(name),
             )
         )
@@ -154,11 +163,12 @@ def _pause(
     actor = actor or audit.library_actor()
     wanted = sorted(set(queue_names))
     with connection(conn) as c, c.transaction():
+        unknown = _never_named(c, wanted)
         params = {"names": wanted, "actor": actor, "reason": reason}
         rows = c.execute(QUEUE_PAUSE_IF_NOT_PAUSED, params).fetchall()
         changed = sorted(name for name, _ in rows)
         audit.record(c, actor, "pause", {**target, "reason": reason}, {"queues": len(wanted), "changed": len(changed)})
-    return Change(wanted, changed)
+    return Change(wanted, changed, unknown)
 
 
 def _resume(
@@ -167,10 +177,15 @@ def _resume(
     actor = actor or audit.library_actor()
     wanted = None if queue_names is None else sorted(set(queue_names))
     with connection(conn) as c, c.transaction():
+        unknown = _never_named(c, wanted) if wanted is not None else []
         rows = c.execute(QUEUE_RESUME_IF_PAUSED, {"names": wanted}).fetchall()
         changed = sorted(name for name, *_ in rows)
         audit.record(c, actor, "resume", target, {"changed": len(changed)})
-    return Change(changed if wanted is None else wanted, changed)
+    return Change(changed if wanted is None else wanted, changed, unknown)
+
+
+def _never_named(conn: Connection, names: list[str]) -> list[str]:
+    return [name for (name,) in conn.execute(QUEUE_LIST_NEVER_NAMED, {"names": names})]
 
 
 def _check_reason(reason: Any) -> None:

@@ -15,6 +15,7 @@ from jobq.store.sql.workers import WORKER_LIST
 from jobq.store import locks
 from jobq.store.connections import Connection
 from jobq.job import STATUSES, last_line
+from jobq.handlers import known
 from jobq.jobs.ledger import counts
 
 RECENT = 10
@@ -84,6 +85,8 @@ class Snapshot:
     dead_letters: list[DeadRow]
     advisory_locks: list[LockRow]
     paused_queues: list[str]
+    # Pending jobs per type that no live worker has a handler for (jobq.handlers.known).
+    no_handler: dict[str, int]
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -107,6 +110,8 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
     ]
     paused = [name for name, paused_at, _, _ in conn.execute(QUEUE_LIST) if paused_at is not None]
     held = conn.execute(ADVISORY_LOCK_LIST_OF_NAMESPACE, {"mask": locks.ID_MASK, "namespace": namespace})
+    pending = {job_type: depths.get("pending", 0) for job_type, depths in c.types.items()}
+    unhandled = known.pending_without_handler(pending, known.declared(conn=conn))
     return Snapshot(
         depth=c.depth,
         queues=queues,
@@ -118,6 +123,7 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
         dead_letters=dead,
         advisory_locks=[LockRow(_lock_name(value), pid, app) for value, pid, app in held],
         paused_queues=paused,
+        no_handler=unhandled,
     )
 
 

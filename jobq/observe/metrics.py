@@ -144,7 +144,7 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
             cur_oldest = c.execute(JOB_GET_OLDEST_DUE, {"queues": pending})
             cur_schedules = stored_schedules.cursor_of_all(c, stale_seconds=stale_seconds)
             samples, runs = cur_samples.fetchall(), cur_runs.fetchall()
-            worker_queues = [queues for (queues,) in cur_workers.fetchall()]
+            worker_queues = cur_workers.fetchall()  # (queues, serves every queue)
             dead = {queue: int(n) for queue, n in cur_dead.fetchall()}
             paused = {name for name, paused_at, _, _ in cur_paused.fetchall() if paused_at is not None}
             oldest = {queue: age for _, _, queue, _, age in cur_oldest.fetchall()}
@@ -157,7 +157,7 @@ def snapshot(*, stale_seconds: float, window: float = WINDOW, conn: Connection |
                 _figures(
                     reading.queues.get(q, {}),
                     windows.get(q, _Window()),
-                    active=sum(1 for queues in worker_queues if q in queues),
+                    active=sum(1 for queues, every in worker_queues if every or q in queues),
                     oldest=oldest.get(q),
                     dead=dead.get(q, 0),
                 )

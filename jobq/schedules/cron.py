@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+from cron_descriptor import ExpressionDescriptor, Options
 from croniter import croniter
 
 UTC = timezone.utc
@@ -114,3 +115,17 @@ class Cron:
             else:
                 lo = mid
         return hi.replace(microsecond=0)
+
+
+def describe(expression: str) -> str:
+    """The expression in words (cron-descriptor's English, 24-hour times): ``"* * * * *
+    */15"`` -> ``"Every 15 seconds"``; the expression itself if it cannot say."""
+    fields = expression.split()
+    if len(fields) == 6:  # croniter puts seconds last, cron-descriptor first
+        fields = [fields[5], *fields[:5]]
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        return str(ExpressionDescriptor(" ".join(fields), options).get_description())
+    except Exception:  # cron-descriptor's own errors: words are a courtesy, never a failure
+        return expression

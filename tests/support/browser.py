@@ -17,7 +17,7 @@ from selenium.webdriver.remote.webelement import WebElement
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-WIDE = (1280, 1000)
+WIDE = (1440, 1000)
 PHONE = (390, 844)
 # Where a run's screenshots go: JOBQ_SCREENSHOTS (docs/screenshots to refresh the
 # README's), else the test's temporary directory.

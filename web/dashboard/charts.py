@@ -4,6 +4,8 @@ overview's throughput, depth and percentile charts over the rollup's per-minute 
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -54,7 +56,7 @@ def svg(chart: Chart) -> Markup:
     def y(v: float) -> float:
         return TOP + plot_h * (1 - v / top)
 
-    latest = ", ".join(f"{name} {_fmt(_last(vs))}" for name, vs in chart.series.items())
+    latest = ", ".join(f"{name} {human(_last(vs), chart.unit)}" for name, vs in chart.series.items())
     label = f"{chart.title} ({chart.unit}) over the last {n} minutes; latest: {latest}"
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(label)}">',
@@ -63,7 +65,7 @@ def svg(chart: Chart) -> Markup:
     for frac in (0.0, 0.5, 1.0):
         gy = y(top * frac)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{gy:.1f}" y2="{gy:.1f}"/>')
-        parts.append(f'<text class="axis" x="{LEFT - 4}" y="{gy + 4:.1f}" text-anchor="end">{_fmt(top * frac)}</text>')
+        parts.append(f'<text class="axis" x="{LEFT - 4}" y="{gy + 4:.1f}" text-anchor="end">{human(top * frac, chart.unit)}</text>')
     if n:
         parts.append(f'<text class="axis" x="{LEFT}" y="{HEIGHT - 4}">{_clock(chart.minutes[0])}</text>')
         parts.append(
@@ -83,7 +85,7 @@ def svg(chart: Chart) -> Markup:
 
 def legend(chart: Chart) -> Markup:
     items = "".join(
-        f'<li><span class="key s{i}" aria-hidden="true"></span>{escape(name)} {_fmt(_last(vs))}</li>'
+        f'<li><span class="key s{i}" aria-hidden="true"></span>{escape(name)} {human(_last(vs), chart.unit)}</li>'
         for i, (name, vs) in enumerate(chart.series.items())
     )
     return Markup(f'<ul class="legend">{items}</ul>')
@@ -116,16 +118,31 @@ def _nice(value: float) -> float:
     return value
 
 
-def _fmt(value: float | None) -> str:
+def human(value: float | None, unit: str) -> str:
+    """A value as people read it, with its unit and never an exponent: seconds as
+    ``31 µs``, ``3.1 ms``, ``1.2 s``; ``2.5/s``; whole ``jobs``."""
     if value is None:
         return "—"
-    if value >= 1000:
+    if unit == "s":
+        if value == 0:
+            return "0 s"
+        for scale, name in ((1e-3, "µs"), (1.0, "ms")):
+            if value < scale:
+                return f"{_plain(value / scale * 1000)} {name}"
+        return f"{_plain(value)} s"
+    if unit == "jobs":
         return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.0f}"
-    if value >= 1:
-        return f"{value:.1f}"
-    return f"{value:.2g}"
+    return f"{_plain(value)}{unit}"
+
+
+def _plain(value: float) -> str:
+    """Three significant digits at most, in plain notation: ``0.0031``, ``3.1``, ``1,234``."""
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def _clock(moment: datetime) -> str:

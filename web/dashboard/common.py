@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +33,8 @@ def context() -> dict[str, Any]:
 
 
 def page(template: str, title: str, **values: Any) -> str:
+    """Render a page; ``now`` (UTC) is the one instant its relative times are read from."""
+    values.setdefault("now", datetime.now(timezone.utc))
     return render_template(f"dashboard/{template}", title=title, **values)
 
 

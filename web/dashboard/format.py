@@ -9,6 +9,8 @@ from typing import Any
 from flask import Flask, request, url_for
 from markupsafe import Markup, escape
 
+from jobq.observe import moments
+from jobq.schedules.cron import describe
 from web.dashboard import charts
 
 
@@ -19,9 +21,25 @@ def count(n: int | None, exact: bool = True) -> str:
     return f"{n:,}" if exact else f"{n:,}+"
 
 
+def due_count(pending: int, scheduled: int, cap: int) -> str:
+    """Pending jobs due now: the pending depth less those scheduled ahead (``≤ n`` when
+    the scheduled ones were counted only up to ``cap``)."""
+    if scheduled > cap:
+        return f"≤ {max(0, pending - cap):,}"
+    return f"{max(0, pending - scheduled):,}"
+
+
 def capped(n: int, cap: int) -> str:
     """A count read up to ``cap`` + 1: ``cap+`` past it."""
     return f"{cap:,}+" if n > cap else f"{n:,}"
+
+
+def run_time(job: Any) -> float | None:
+    """Seconds a job ran (started to completed), or has been running; None before it started."""
+    if job.started_at is None:
+        return None
+    end = job.completed_at or datetime.now(timezone.utc)
+    return max(0.0, (end - job.started_at).total_seconds())
 
 
 def duration(seconds: float | None) -> str:
@@ -43,12 +61,27 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h"
 
 
-def moment(value: datetime | None) -> Markup:
-    """A ``<time>`` in UTC, to the second."""
+def moment(value: datetime | None, now: datetime | None = None) -> Markup:
+    """A ``<time>`` read relative to now ("3 min ago", "in 2 h"), its absolute time in
+    UTC on hover (``title``) and in ``datetime``. ``now``: the page's (default: this call's)."""
     if value is None:
         return Markup("—")
     utc = value.astimezone(timezone.utc)
-    return Markup('<time datetime="{}">{}</time>').format(utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S"))
+    shown = moments.relative(utc, now or datetime.now(timezone.utc))
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(utc.isoformat(), moments.utc(utc), shown)
+
+
+def exact_moment(value: datetime | None) -> Markup:
+    """A ``<time>`` in UTC, to the second (where the exact time is the point: a job's fields)."""
+    if value is None:
+        return Markup("—")
+    utc = value.astimezone(timezone.utc)
+    return Markup('<time datetime="{}">{}</time>').format(utc.isoformat(), moments.utc(utc))
+
+
+def cron_words(expression: str) -> str:
+    """``Every 15 seconds`` for ``* * * * * */15``."""
+    return describe(expression)
 
 
 def pretty_json(value: Any) -> str:
@@ -90,7 +123,8 @@ def url_with(**changes: Any) -> str:
 
 def install(app: Flask) -> None:
     app.jinja_env.filters.update(
-        count=count, capped=capped, duration=duration, moment=moment, pretty_json=pretty_json,
+        count=count, capped=capped, duration=duration, moment=moment, exact_moment=exact_moment,
+        cron_words=cron_words, run_time=run_time, pretty_json=pretty_json, due_count=due_count,
         percent=percent, rate=rate, worker_place=worker_place, status_badge=status_badge,
         chart_svg=charts.svg, chart_legend=charts.legend,
     )

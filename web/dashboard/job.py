@@ -3,7 +3,6 @@ attempt's traceback; the actions its status allows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -11,36 +10,11 @@ from flask import Response, redirect, url_for
 
 import jobq
 from jobq.job import Job
+from jobq.jobs import dead_letters
+from jobq.jobs.timeline import timeline
 from web.dashboard import common, security
 from web.dashboard.format import worker_place
 from web.dashboard.blueprints import actions, pages
-
-
-@dataclass(frozen=True)
-class Step:
-    at: datetime | None
-    what: str
-    detail: str = ""
-
-
-def timeline(job: Job) -> list[Step]:
-    """created → scheduled → claimed → started → each failed attempt → outcome, in order."""
-    steps = [Step(job.created_at, "created", f"queue {job.queue}, priority {job.priority}")]
-    if job.run_at > job.created_at:
-        steps.append(Step(job.run_at, "due", "run_at"))
-    for failure in job.errors or []:
-        at = failure.get("at")
-        when = datetime.fromisoformat(at) if isinstance(at, str) else None
-        lines = str(failure.get("error") or "").strip().splitlines()
-        steps.append(Step(when, f"attempt {failure.get('attempt', '?')} failed", lines[-1] if lines else ""))
-    if job.claimed_at:
-        steps.append(Step(job.claimed_at, "claimed", f"by {worker_place(job.worker_id)}" if job.worker_id else ""))
-    if job.started_at:
-        steps.append(Step(job.started_at, "started", f"attempt {job.attempt}"))
-    if job.completed_at:
-        outcome = {"cancelled": f"cancelled by {job.cancelled_by or '?'}"}.get(job.status, job.status)
-        steps.append(Step(job.completed_at, outcome))
-    return sorted(steps, key=lambda s: s.at or datetime.min.replace(tzinfo=timezone.utc))
 
 
 def valid_actions(job: Job, now: datetime) -> list[tuple[str, str]]:
@@ -61,9 +35,12 @@ def valid_actions(job: Job, now: datetime) -> list[tuple[str, str]]:
 def job(job_id: int) -> str:
     with common.database() as conn:
         found = jobq.get(job_id, conn=conn)
+        letter = dead_letters.group_of_job(job_id, conn=conn) if found.status == "dead" else None
+    now = datetime.now(timezone.utc)
+    place = worker_place(found.worker_id) if found.worker_id else None
     return common.page(
-        "job.html", f"Job {job_id}", job=found, timeline=timeline(found),
-        actions=valid_actions(found, datetime.now(timezone.utc)),
+        "job.html", f"Job {job_id}", job=found, timeline=timeline(found, now, place=place),
+        actions=valid_actions(found, now), letter=letter,
         fields=_fields(found),
     )
 

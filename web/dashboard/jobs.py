@@ -11,6 +11,7 @@ from flask import Response, redirect, request, url_for
 from werkzeug.datastructures import MultiDict
 
 import jobq
+from jobq.handlers import known as handlers_known
 from jobq.jobs import operations
 from jobq.observe import tallies
 from jobq.errors import InvalidArgument
@@ -61,6 +62,7 @@ def jobs() -> str:
             problem, cursor = str(exc), None
             listing = jobq.list_jobs(**job_filter, limit=common.PAGE_SIZE, capped=True, conn=conn)
         known = jobq.counts(conn=conn)
+        declared = handlers_known.declared(stale_seconds=common.stale_seconds(), conn=conn)
     tabs = [s for s in STATUSES if s in TABS or tally.by_status.get(s)]
     # How many match: exact from the tally when it is (the counters, or a small count),
     # else the listing's count, capped.
@@ -73,6 +75,7 @@ def jobs() -> str:
         "jobs.html", "Jobs", listing=listing, tally=tally, tabs=tabs, job_filter=job_filter, problem=problem,
         count_note=_count_note(job_filter, tally), matching=matching, matching_exact=matching_exact,
         queues=sorted(known.queues), types=sorted(known.types), actions=ACTIONS, cursor=cursor,
+        unhandled=set(declared.without_handler(job.type for job in listing.items)),
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from flask import Response, redirect, request, url_for
 
 from jobq.jobs import queues as library
+from jobq.jobs.ledger import COUNT_LIMIT
+from jobq.observe import tallies
 from web.dashboard import common
 from web.dashboard.blueprints import actions, pages
 
@@ -14,7 +16,8 @@ from web.dashboard.blueprints import actions, pages
 def queues() -> str:
     with common.database() as conn:
         listed = library.list_queues(stale_seconds=common.stale_seconds(), conn=conn)
-    return common.page("queues.html", "Queues", queues=listed)
+        scheduled = tallies.scheduled([q.name for q in listed if q.depth["pending"]], conn=conn)
+    return common.page("queues.html", "Queues", queues=listed, scheduled=scheduled, cap=COUNT_LIMIT)
 
 
 @actions.post("/queues/<path:name>/<any(pause, resume):action>")

@@ -54,7 +54,8 @@ from jobq.daemon.listener import CONTROL_CHANNEL, Listener
 from jobq.daemon.maintenance.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import Connection
-from jobq.errors import DatabaseUnavailable
+from jobq.daemon.worker.loop import EXIT_BOOT_ERROR
+from jobq.errors import ConfigError, DatabaseUnavailable
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -142,9 +143,12 @@ class Maintenance:
         parent = os.getppid()
         self.name = f"{self.settings.hostname}:{os.getpid()}"
         log.info("maintenance.started pid=%s", os.getpid())
-        self.control = Listener(
-            self.settings.require_database_url(), application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL
-        )
+        try:
+            url = self.settings.require_database_url()
+        except ConfigError as exc:  # the supervisor halts rather than respawn it
+            log.error("maintenance.boot_failed reason=%s", exc)
+            return EXIT_BOOT_ERROR
+        self.control = Listener(url, application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL)
         self.control.connect()
         closed = False  # the supervisor's end of the pipe closes when it dies
         while not self.stopping.is_set() and not closed and os.getppid() == parent:
@@ -190,11 +194,16 @@ class Maintenance:
                 log.warning("maintenance.control_dropped message=%s: the supervisor is not reading", payload)
 
     def wait(self) -> None:
-        timeout = RECOVER_RETRY if self.pending else max(0.0, self.next_lead - time.monotonic())
-        if self.leader:
-            timeout = min(timeout, self.schedules.wait_seconds())
+        """Until the next thing to do: a retry of a recovery, a leader's pass, a schedule's
+        slot; while disconnected, the next connect attempt (nothing else can be done
+        before it), or a report or signal that arrives first."""
+        now = time.monotonic()
         if self.conn is None:
-            timeout = min(timeout, max(0.0, self.next_connect - time.monotonic()))
+            timeout = max(0.0, self.next_connect - now)
+        else:
+            timeout = RECOVER_RETRY if self.pending else max(0.0, self.next_lead - now)
+            if self.leader:
+                timeout = min(timeout, self.schedules.wait_seconds())
         listening = self.control.fileno()
         if listening is None:  # reconnect it soon
             timeout = min(timeout, RECOVER_RETRY * 10)

@@ -27,7 +27,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import psycopg
 
@@ -39,6 +39,7 @@ from jobq.daemon.worker.flight import InFlight
 from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.daemon.worker.session import ClaimSession
 from jobq.errors import DatabaseUnavailable
+from jobq.store.connections import Connection
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +57,19 @@ class Heartbeat(threading.Thread):
         outcomes: OutcomeWriter,
         *,
         worker_id: str,
-        hostname: str,
-        queues: Sequence[str],
+        announce: Callable[[Connection], None],
         interval: float,
         parent_pid: int,
         orphaned: Callable[[], None],
     ) -> None:
-        """``orphaned`` is called (from this thread) once the parent process is gone."""
+        """``announce`` registers the worker's row again (when it was removed as stale);
+        ``orphaned`` is called (from this thread) once the parent process is gone."""
         super().__init__(name="jobq-heartbeat", daemon=True)
         self.session = session
         self.in_flight = in_flight
         self.outcomes = outcomes
         self.worker_id = worker_id
-        self.hostname = hostname
-        self.queues = list(queues)
+        self.announce = announce
         self.interval = interval
         self.parent_pid = parent_pid
         self.orphaned = orphaned
@@ -118,7 +118,7 @@ class Heartbeat(threading.Thread):
         def write(conn, _retried):  # type: ignore[no-untyped-def]
             now = self.in_flight.snapshot()  # under the session lock: what the database has
             if not presence.beat(conn, self.worker_id, now.running, now.recorded):
-                presence.register(conn, self.worker_id, self.hostname, os.getpid(), self.queues)
+                self.announce(conn)
                 presence.declare(conn, self.worker_id, declarations.hashes())
             return leases.heartbeat(conn, now.held).result() if now.held else set()
 
@@ -138,7 +138,7 @@ class Heartbeat(threading.Thread):
         if progress == self.progress_written or time.monotonic() < self.next_progress:
             return
         if self.session.run(lambda conn, _: leases.set_progress(conn, claim, progress.json)):
-            log.info("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
+            log.debug("job.progress id=%s worker=%s progress=%s", claim.job_id, self.worker_id, progress.json)
         self.progress_written = progress
         self.next_progress = time.monotonic() + context.PROGRESS_EVERY
 

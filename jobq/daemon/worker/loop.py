@@ -49,10 +49,11 @@ from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.listener import Listener
 from jobq.daemon.worker.outcomes import OutcomeWriter
+from jobq.daemon.worker.served import ServedQueues
 from jobq.daemon.worker.session import ClaimSession
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import first_line
-from jobq.errors import Cancelled, DatabaseUnavailable, SchemaError
+from jobq.errors import Cancelled, ConfigError, DatabaseUnavailable, SchemaError
 from jobq.handlers import registry
 from jobq.store.migrate import check_schema
 from jobq.settings import Settings
@@ -115,7 +116,7 @@ class WorkerLoop:
         self.in_flight = InFlight(jobs, slot, finished)
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
-        self.queues = list(settings.queues)
+        self.queues = ServedQueues(settings)
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
@@ -141,7 +142,7 @@ class WorkerLoop:
         except DatabaseUnavailable:
             log.info("worker.exited worker=%s reason=%s before connecting", self.worker_id, self.stop_reason)
             return EXIT_OK
-        log.info("worker.started worker=%s queues=%s pid=%s", self.worker_id, ",".join(self.queues), os.getpid())
+        log.info("worker.started worker=%s queues=%s pid=%s", self.worker_id, self.queues, os.getpid())
         code = EXIT_OK
         try:
             self.work()
@@ -162,8 +163,12 @@ class WorkerLoop:
         try:
             registry.load(self.settings.handlers)
         except Exception as exc:  # any error while importing a handler module stops the boot
-            raise BootFailure(f"cannot import handler modules {self.settings.handlers}: {exc!r}") from exc
-        url = self.settings.require_database_url()
+            raise BootFailure(f"cannot import handler modules {','.join(self.settings.handlers)}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        try:
+            url = self.settings.require_database_url()
+        except ConfigError as exc:
+            raise BootFailure(str(exc)) from exc
         self.outcomes = OutcomeWriter(self.in_flight, worker_id=self.worker_id, lock_base=self.lock_base)
         self.session = ClaimSession(
             url, worker_id=self.worker_id, lock_base=self.lock_base, stopping=self.stopping, in_flight=self.in_flight
@@ -173,24 +178,27 @@ class WorkerLoop:
             self.session.run(lambda conn, _: check_schema(conn))
         except SchemaError as exc:
             raise BootFailure(str(exc)) from exc
-        self.session.run(
-            lambda conn, _: presence.register(conn, self.worker_id, self.settings.hostname, os.getpid(), self.queues)
-        )
+        self.session.run(lambda conn, _: self.announce(conn))
         self.declare_schedules()
-        self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
+        self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}")
         self.listener.connect()
         self.heartbeat = Heartbeat(
             self.session,
             self.in_flight,
             self.outcomes,
             worker_id=self.worker_id,
-            hostname=self.settings.hostname,
-            queues=self.queues,
+            announce=self.announce,
             interval=self.settings.heartbeat_interval,
             parent_pid=self.parent_pid,
             orphaned=self.orphaned,
         )
         self.heartbeat.start()
+
+    def announce(self, conn: psycopg.Connection) -> None:
+        """Register this worker's row: its queues (or every queue) and the job types it
+        has handlers for (what shows jobs of other types as "no handler")."""
+        presence.register(conn, self.worker_id, self.settings.hostname, os.getpid(), self.queues.registered,
+                          all_queues=self.queues.every, handler_types=registry.names())
 
     def declare_schedules(self) -> None:
         """Record the periodic schedules the handler modules declared on this worker's row,
@@ -273,7 +281,7 @@ class WorkerLoop:
     def wait_for_work(self) -> None:
         next_in = self.next_in  # asked with the last claim when it looked like the end of the queue
         if next_in is UNASKED:
-            next_in = self.session.run(lambda conn, _: leases.next_run_in(conn, self.queues).result())
+            next_in = self.session.run(lambda conn, _: leases.next_run_in(conn, self.queues.names).result())
         self.next_in = UNASKED
         timeout = self.settings.poll_interval
         if next_in is not None:
@@ -287,6 +295,7 @@ class WorkerLoop:
             self.board.mark(self.slot, False)
             self.seat.forget()
         self.wakeup.drain()
+        self.queues.woken()  # a queue may have appeared
         if os.getppid() != self.parent_pid:
             self.request_stop("parent died")
 
@@ -339,6 +348,7 @@ class WorkerLoop:
         back in one exchange of messages instead of two. When the last claim found fewer
         jobs than it asked for, the seconds until the next due job are asked in the same
         round trip, for the wait that probably follows (wait_for_work)."""
+        self.queues.refresh(self.session)
         limit = self.batch_size
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
@@ -346,14 +356,14 @@ class WorkerLoop:
         self.next_in = UNASKED
 
         def claim(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
-            return leases.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
+            return leases.claim(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
         asked: list[leases.Deferred[float | None]] = []
 
         def claim_and_ask(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
             claimed = claim(conn)
             if ask_next:  # in the same pipeline, read after it: no round trip of its own
-                asked[:] = [leases.next_run_in(conn, self.queues)]
+                asked[:] = [leases.next_run_in(conn, self.queues.names)]
             return claimed
 
         # The claimed jobs are in flight before the session's lock is let go: a reconnect

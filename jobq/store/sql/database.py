@@ -31,11 +31,14 @@ WAKE_CHANNEL_GET = "SELECT jobq_wake_channel()"
 # long as its connection lives.
 LEADER_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
 
-# ADVISORY_LOCK_LIST_OF_NAMESPACE: jobq's advisory locks held now (pg_locks shows a bigint
-# key as classid, the high 32 bits, and objid, the low 32), with their sessions.
+# ADVISORY_LOCK_LIST_OF_NAMESPACE: jobq's advisory locks held now in this database (pg_locks
+# shows a bigint key as classid, the high 32 bits, and objid, the low 32), with their
+# sessions. pg_locks lists every database of the server: advisory locks are per database,
+# so another database's jobq (a shared server) holds keys of the same namespace.
 ADVISORY_LOCK_LIST_OF_NAMESPACE = (
     "SELECT ((l.classid::bigint << 32) | l.objid::bigint) & %(mask)s, l.pid, a.application_name "
     "FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid "
     "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND (l.classid::bigint >> 16) = %(namespace)s "
+    "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "ORDER BY 1"
 )

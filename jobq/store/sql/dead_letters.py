@@ -45,6 +45,10 @@ DEAD_LETTER_REPLAY_IF_NOT_REPLAYED = (
 )
 
 # DEAD_LETTER_GET_REPLAYED_AS: why a replay found nothing (absent, or replayed as which job).
+# DEAD_LETTER_GET_GROUP_OF_JOB: the letter a dead job left and its group (the unique
+# index on original_id).
+DEAD_LETTER_GET_GROUP_OF_JOB = "SELECT id, group_id FROM dead_letter_jobs WHERE original_id = %(job_id)s"
+
 DEAD_LETTER_GET_REPLAYED_AS = "SELECT replayed_at IS NOT NULL, replayed_as FROM dead_letter_jobs WHERE id = %(id)s"
 
 # DEAD_LETTER_DELETE: discard one dead-letter row for good.

@@ -17,6 +17,18 @@ from jobq.store.sql.fragments import EACH_PRIORITY
 # paused_at is NULL for a queue resumed since.
 QUEUE_LIST = "SELECT name, paused_at, paused_by, reason FROM jobq_queues ORDER BY name"
 
+# QUEUE_LIST_NEVER_NAMED: of some names, those no job (job_counters keeps a row per queue
+# it ever counted), pause (jobq_queues' primary key), live or stale worker (workers, a few
+# rows) or schedule (jobq_schedules, a few rows) has named: most likely a typo. Read
+# before a pause, which creates the queue's row.
+QUEUE_LIST_NEVER_NAMED = (
+    "SELECT n.name FROM unnest(%(names)b::text[]) AS n(name) "
+    "WHERE NOT EXISTS (SELECT 1 FROM job_counters AS c WHERE c.queue = n.name) "
+    "AND NOT EXISTS (SELECT 1 FROM jobq_queues AS q WHERE q.name = n.name) "
+    "AND NOT EXISTS (SELECT 1 FROM workers AS w WHERE n.name = ANY(w.queues)) "
+    "AND NOT EXISTS (SELECT 1 FROM jobq_schedules AS s WHERE s.queue = n.name) ORDER BY n.name"
+)
+
 # QUEUE_PAUSE_IF_NOT_PAUSED: pause some queues (a row is created for a queue that has
 # none), guarded by paused_at IS NULL: a queue already paused keeps its first pause and
 # is not returned. Rows are written in name order (the caller sorts), so two pauses

@@ -10,11 +10,26 @@ removal of stale ones), :mod:`jobq.schedules.stored` (conflicting declarations),
 
 from __future__ import annotations
 
+# The queues a worker serves as operators read them: an --all-queues worker's as one
+# entry, "(all queues)" (its queues column is empty).
+QUEUES_SHOWN = "CASE WHEN w.all_queues THEN ARRAY['(all queues)'] ELSE w.queues END"
+
 # WORKER_REGISTER: a worker process announces itself (primary key; a restarted pid
 # with the same id replaces the stale row).
 WORKER_REGISTER = (
-    "INSERT INTO workers (id, hostname, pid, queues) VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s) "
+    "INSERT INTO workers (id, hostname, pid, queues, all_queues, handler_types) "
+    "VALUES (%(id)s, %(hostname)s, %(pid)s, %(queues)s, %(all_queues)s, %(handler_types)s) "
     "ON CONFLICT (id) DO UPDATE SET started_at = now(), heartbeat_at = now(), current_job_id = NULL, jobs_done = 0"
+)
+
+# WORKER_LIST_HANDLER_TYPES: the job types the live workers have handlers for (a table of
+# a few rows per worker process, seq scan), and how many live workers did not say (an
+# older release: then nothing can be called unhandled).
+WORKER_LIST_HANDLER_TYPES = (
+    "SELECT coalesce(array_agg(DISTINCT t.type) FILTER (WHERE t.type IS NOT NULL), '{}'), "
+    "count(*) FILTER (WHERE w.handler_types IS NULL), count(DISTINCT w.id) "
+    "FROM workers AS w LEFT JOIN LATERAL unnest(w.handler_types) AS t(type) ON true "
+    "WHERE w.heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
 )
 
 # WORKER_HEARTBEAT: the worker is alive, runs this job (or none), has recorded this many.
@@ -48,7 +63,7 @@ WORKER_LIST_SCHEDULE_CONFLICTS = (
 # WORKER_LIST: every registered worker with its heartbeat age (a table of a few rows), and
 # the progress of the job it runs (one primary-key probe each).
 WORKER_LIST = (
-    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "SELECT w.id, w.hostname, w.pid, " + QUEUES_SHOWN + ", w.current_job_id, w.jobs_done, w.started_at, "
     "extract(epoch FROM now() - w.heartbeat_at)::float8, "
     "(SELECT j.progress FROM jobs AS j WHERE j.id = w.current_job_id) "
     "FROM workers AS w ORDER BY w.hostname, w.pid"
@@ -58,13 +73,14 @@ WORKER_LIST = (
 # age, and the job it runs (one primary-key probe each): progress (as WORKER_LIST), type,
 # status, and how long it has run (since started_at, else claimed_at).
 WORKER_LIST_WITH_JOB = (
-    "SELECT w.id, w.hostname, w.pid, w.queues, w.current_job_id, w.jobs_done, w.started_at, "
+    "SELECT w.id, w.hostname, w.pid, " + QUEUES_SHOWN + ", w.current_job_id, w.jobs_done, w.started_at, "
     "extract(epoch FROM now() - w.heartbeat_at)::float8, j.progress, j.type, j.status, "
     "extract(epoch FROM now() - coalesce(j.started_at, j.claimed_at))::float8 "
     "FROM workers AS w LEFT JOIN jobs AS j ON j.id = w.current_job_id ORDER BY w.hostname, w.pid"
 )
 
-# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh.
+# WORKER_LIST_ACTIVE_QUEUES: the queues of each worker whose heartbeat is fresh, and
+# whether it serves every queue.
 WORKER_LIST_ACTIVE_QUEUES = (
-    "SELECT queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
+    "SELECT queues, all_queues FROM workers WHERE heartbeat_at >= now() - make_interval(secs => %(stale_seconds)s)"
 )

@@ -72,7 +72,7 @@
       })
       .then(function (html) {
         swap(new DOMParser().parseFromString(html, "text/html"));
-        say("updated " + new Date().toLocaleTimeString());
+        say("updated " + new Date().toISOString().slice(11, 19) + " UTC");
       })
       .catch(function (error) { say(error.message || "refresh failed"); })
       .then(function () { busy = false; schedule(); });

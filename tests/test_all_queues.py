@@ -1,0 +1,43 @@
+"""``jobq worker --all-queues`` (make run's default): one worker serves every queue that
+has jobs, queues that first appear after it started too, and honours pauses; its row
+says so, with the job types it has handlers for."""
+
+from __future__ import annotations
+
+
+import pytest
+
+import jobq
+from jobq.jobs import queues
+from support.waiting import wait_for
+
+pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.control]
+
+
+def _status(conn, job) -> str:
+    return jobq.get(job.id, conn=conn).status
+
+
+def test_an_all_queues_worker_serves_every_queue_new_ones_too_and_honours_a_pause(conn, daemon):
+    before = [jobq.enqueue("noop", queue=q, conn=conn) for q in ("default", "mail", "media")]
+    queues.pause("held", conn=conn)
+    held = jobq.enqueue("noop", queue="held", conn=conn)
+    d = daemon(1, "--all-queues")
+    wait_for(lambda: all(_status(conn, job) == "done" for job in before), 30, "the jobs of three queues done")
+    later = jobq.enqueue("noop", queue="reports", conn=conn)  # a queue that did not exist at start
+    wait_for(lambda: _status(conn, later) == "done", 15, "a new queue's job done")
+    assert _status(conn, held) == "pending"  # paused: never claimed
+    queues.resume("held", conn=conn)
+    wait_for(lambda: _status(conn, held) == "done", 15, "the resumed queue's job done")
+    served, every, types = conn.execute("SELECT queues, all_queues, handler_types FROM workers").fetchone()
+    assert (served, every) == ([], True) and {"noop", "echo"} <= set(types)
+    assert "queues=(all)" in d.log()
+
+
+def test_all_queues_and_named_queues_together_are_refused(database_url, tmp_path):
+    from support.cli import run_cli
+
+    result = run_cli("worker", "--all-queues", "--queues", "a", DATABASE_URL=database_url)
+    assert result.returncode == 2 and "--all-queues" in result.stderr
+    result = run_cli("worker", "--all-queues", DATABASE_URL=database_url, JOBQ_QUEUES="a")
+    assert result.returncode == 2 and result.stderr.startswith("jobq: JOBQ_ALL_QUEUES:")
