@@ -185,3 +185,32 @@ def snooze_twice(job: jobq.Job) -> dict:
 @jobq.register("snooze_forever")
 def snooze_forever(job: jobq.Job) -> None:
     raise jobq.Snooze(0)
+
+
+# Workflow steps (tests/test_workflows.py): each writes the ledger, then returns what it
+# read of its parents, so a test sees what flowed down.
+@jobq.register("wf_step")
+def wf_step(job: jobq.Job) -> dict:
+    _ledger(job)
+    return {"value": job.payload.get("value"), "parents": job.parent_results, "failures": job.parent_failures}
+
+
+@jobq.register("wf_fail")
+def wf_fail(job: jobq.Job) -> None:
+    _ledger(job)
+    raise RuntimeError(f"step {job.id} fails on purpose")
+
+
+@jobq.register("wf_flaky")
+def wf_flaky(job: jobq.Job) -> dict:
+    """Fails its first attempt, succeeds on the next (good_job's retried-then-successful parent)."""
+    _ledger(job)
+    if job.attempt == 0:
+        raise RuntimeError("first attempt fails")
+    return {"value": job.payload.get("value"), "attempt": job.attempt}
+
+
+@jobq.register("wf_sum")
+def wf_sum(job: jobq.Job) -> dict:
+    _ledger(job)
+    return {"value": sum(r["value"] for r in (job.parent_results or {}).values()), "parents": len(job.parent_results or {})}
