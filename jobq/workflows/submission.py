@@ -14,14 +14,14 @@ from jobq.job import Job
 from jobq.jobs.submit import array_literal
 from jobq.store.connections import Connection, connection
 from jobq.store.sql.workflows import WORKFLOW_GET_BY_KEY, WORKFLOW_INSERT
-from jobq.workflows.definition import Workflow
 from jobq.workflows.runs import WorkflowRun, get_workflow
 
 _JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
 
 
-def submit(workflow: Workflow, *, conn: Connection | None = None, idempotency_key: str | None = None) -> WorkflowRun:
-    """Enqueue ``workflow`` and return its run (``run.id``, ``run.jobs`` by step name).
+def submit(workflow: Any, *, conn: Connection | None = None, idempotency_key: str | None = None) -> WorkflowRun:
+    """Enqueue ``workflow`` (a :class:`jobq.workflows.definition.Workflow`, which calls
+    this from its ``enqueue``) and return its run (``run.id``, ``run.jobs`` by step name).
     Steps without parents are pending at once, the others ``waiting``. With an
     ``idempotency_key`` that an earlier workflow holds, returns that workflow's run and
     adds nothing. With ``conn``, the caller commits. Raises :class:`InvalidArgument`
@@ -41,7 +41,7 @@ def submit(workflow: Workflow, *, conn: Connection | None = None, idempotency_ke
     return WorkflowRun(id=workflow_id, name=workflow.name, status="running", jobs=jobs)  # type: ignore[arg-type]
 
 
-def _params(workflow: Workflow, idempotency_key: str | None) -> dict[str, Any]:
+def _params(workflow: Any, idempotency_key: str | None) -> dict[str, Any]:
     steps = list(workflow.steps.values())
     edges = [(parent, s.name) for s in steps for parent in s.after]
     return {
