@@ -50,6 +50,7 @@ class WorkflowRun:
     created_at: datetime | None = None
     steps: list[WorkflowStep] = dataclasses.field(default_factory=list)
     edges: list[tuple[str, str, str | None]] = dataclasses.field(default_factory=list)
+    created: bool = True  # False: an earlier workflow held the submission's idempotency key
 
     def wait(self, timeout: float | None = None, *, conn: Connection | None = None) -> WorkflowRun:
         """Block until every step has finished; return the run read again. Raises

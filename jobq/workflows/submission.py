@@ -35,7 +35,7 @@ def submit(workflow: Any, *, conn: Connection | None = None, idempotency_key: st
             rows = cur.execute(WORKFLOW_INSERT, _params(workflow, idempotency_key)).fetchall()
         if not rows:  # the key is held: that workflow is the answer
             (held,) = c.execute(WORKFLOW_GET_BY_KEY, {"key": idempotency_key}).fetchone()  # type: ignore[misc]
-            return get_workflow(held, conn=c)
+            return dataclasses.replace(get_workflow(held, conn=c), created=False)
     jobs = {row["name"]: Job(**{f: row[f] for f in _JOB_FIELDS}) for row in rows}
     workflow_id = next(iter(jobs.values())).workflow_id
     return WorkflowRun(id=workflow_id, name=workflow.name, status="running", jobs=jobs)  # type: ignore[arg-type]

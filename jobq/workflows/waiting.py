@@ -26,7 +26,7 @@ from jobq import settings
 from jobq.errors import JobFailed
 from jobq.job import Job
 from jobq.jobs.ledger import check_id, get
-from jobq.store.connections import Connection, again_if_moved, connect, connection
+from jobq.store.connections import Connection, ProcessPool, again_if_moved, connect, connection
 from jobq.store.sql.workflows import JOB_AWAIT_IF_UNFINISHED, LISTEN_FINISHED
 
 log = logging.getLogger(__name__)
@@ -99,10 +99,11 @@ def listener_for(url: str) -> FinishedListener:
         return _listeners[key]
 
 
-def await_unfinished(ids: list[int], *, conn: Connection | None = None) -> list[int]:
-    """Mark ``ids`` as awaited and return those not finished yet (committed before it
-    returns when it uses its own connection)."""
-    with connection(conn) as c:
+def await_unfinished(ids: list[int], *, conn: Connection | None = None, pool: ProcessPool | None = None) -> list[int]:
+    """Mark ``ids`` as awaited and return those not finished yet; on ``conn``, or on a
+    connection of ``pool`` (else of the default pool) given back, committed, before it
+    returns."""
+    with (pool.connection() if pool is not None and conn is None else connection(conn)) as c:
         return [row[0] for row in again_if_moved(c, JOB_AWAIT_IF_UNFINISHED, {"ids": ids})]
 
 
@@ -113,10 +114,14 @@ def wait_all(
     follow: Callable[[], list[int]] | None = None,
     url: str | None = None,
     conn: Connection | None = None,
+    pool: ProcessPool | None = None,
 ) -> None:
     """Block until every job of ``ids`` has ended (or is gone). ``follow``: returns the
     ids to wait for anew after each wake-up (a workflow whose steps a retry re-pointed).
-    Raises :class:`TimeoutError` past ``timeout`` seconds (None: no limit)."""
+    Raises :class:`TimeoutError` past ``timeout`` seconds (None: no limit). Reads and
+    registers on ``conn``, else on a connection of ``pool`` (else of the default pool)
+    taken for each check only: none is held while it waits. ``url``: the database whose
+    notifications it listens to (default: ``DATABASE_URL``)."""
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
         from jobq.errors import InvalidArgument
 
@@ -125,10 +130,10 @@ def wait_all(
     listener = listener_for(url or settings.current().require_database_url())
     listener.ready(RECHECK if timeout is None else min(RECHECK, timeout))
     while True:
-        unfinished = await_unfinished(ids, conn=conn)
+        unfinished = await_unfinished(ids, conn=conn, pool=pool)
         if follow is not None and not unfinished:
             ids = follow()
-            unfinished = await_unfinished(ids, conn=conn)
+            unfinished = await_unfinished(ids, conn=conn, pool=pool)
         if not unfinished:
             return
         left = RECHECK if deadline is None else deadline - time.monotonic()
