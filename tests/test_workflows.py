@@ -263,3 +263,28 @@ def test_a_bad_workflow_is_refused_naming_the_step(steps, field):
 def test_an_unknown_workflow_is_not_found(conn):
     with pytest.raises(WorkflowNotFound):
         jobq.get_workflow(999, conn=conn)
+
+
+def test_the_cli_lists_shows_cancels_and_retries_a_workflow(conn, database_url):
+    from support.cli import run_cli
+
+    wf = jobq.Workflow(name="from-cli")
+    wf.add("wf_step", after=[wf.add("wf_step", name="root", run_at="2099-01-01T00:00:00Z")], name="leaf")
+    run = wf.enqueue(conn=conn)
+    env = {"DATABASE_URL": database_url}
+    listed = run_cli("workflows", "list", "--json", **env)
+    assert listed.returncode == 0, listed.stderr
+    import json
+
+    assert [(w["id"], w["status"], w["steps"]) for w in json.loads(listed.stdout)["workflows"]] == [
+        (run.id, "running", 2)]
+    shown = run_cli("workflows", "show", str(run.id), **env)
+    assert shown.returncode == 0 and "leaf" in shown.stdout and "waiting" in shown.stdout and "root" in shown.stdout
+    cancelled = run_cli("workflows", "cancel", str(run.id), **env)
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"jobq: workflow {run.id} cancelled")
+    retried = run_cli("workflows", "retry", str(run.id), **env)
+    assert (retried.returncode, retried.stdout.strip()) == (0, f"jobq: workflow {run.id} running")
+    missing = run_cli("workflows", "show", "99999", **env)
+    assert missing.returncode != 0 and missing.stderr.strip() == "jobq: workflow 99999 not found"
+    bad = run_cli("workflows", "list", "--status", "sideways", **env)
+    assert bad.returncode != 0 and "sideways" in bad.stderr

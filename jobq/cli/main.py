@@ -18,6 +18,7 @@ from jobq.cli.common import database, fail, load_settings, wait_for
 from jobq.cli.dead import dead
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
+from jobq.cli.workflows import workflows
 from jobq.errors import JobqError
 from jobq.store import connections
 from jobq.store.migrate import migrate as apply_migrations
@@ -135,4 +136,5 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
 main.add_command(queues)
 main.add_command(dead)
 main.add_command(schedules)
+main.add_command(workflows)
 actions.attach(main, dead)  # the operator's commands: cancel, delete, retry, run-now, bulk, audit
