@@ -59,6 +59,7 @@ from jobq.workflows import (
     list_workflows,
     result,
     retry_workflow,
+    spawn,
     step,
     wait,
 )
@@ -117,6 +118,7 @@ __all__ = [
     "retry",
     "retry_workflow",
     "run_now",
+    "spawn",
     "step",
     "wait",
 ]

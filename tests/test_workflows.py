@@ -288,3 +288,29 @@ def test_the_cli_lists_shows_cancels_and_retries_a_workflow(conn, database_url):
     assert missing.returncode != 0 and missing.stderr.strip() == "jobq: workflow 99999 not found"
     bad = run_cli("workflows", "list", "--status", "sideways", **env)
     assert bad.returncode != 0 and "sideways" in bad.stderr
+
+
+def test_spawned_jobs_join_the_workflow_once_and_the_dependents_wait_for_them(ledger, daemon):
+    wf = jobq.Workflow()
+    parent = wf.add("wf_spawner", {"n": 3, "fail_first": True}, name="fan")
+    wf.add("wf_sum", after=[parent], name="total")
+    run = wf.enqueue(conn=ledger)
+    daemon(2)
+    total = jobq.wait(run.jobs["total"].id, timeout=DEADLINE, conn=ledger)
+    assert total.status == "done"
+    # The first run spawned and failed: nothing of it was written; the second's three were.
+    assert set(total.parent_results) == {"fan", "fan.wf_step", "fan.wf_step-2", "fan.wf_step-3"}
+    assert total.result == {"value": 100 + 101 + 102, "parents": 4}
+    assert jobq.get(run.jobs["fan"].id, conn=ledger).result == {
+        "value": 0, "spawned": ["wf_step", "wf_step-2", "wf_step-3"]}
+    assert scalar(ledger, "SELECT count(*) FROM jobs WHERE type = 'wf_step'") == 3
+    spawned = jobq.get_workflow(run.id, conn=ledger)
+    assert {s.name: s.spawned_by for s in spawned.steps if s.spawned_by} == dict.fromkeys(
+        ("fan.wf_step", "fan.wf_step-2", "fan.wf_step-3"), "fan")
+    started = first_run_at(ledger, total.id)
+    assert all(first_run_at(ledger, s.job.id) < started for s in spawned.steps if s.spawned_by)
+
+
+def test_spawn_outside_a_workflow_step_is_refused():
+    with pytest.raises(InvalidArgument):
+        jobq.spawn("wf_step")

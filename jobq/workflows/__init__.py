@@ -7,6 +7,7 @@ jobs' ends (:mod:`.waiting`: wait, result)."""
 from jobq.workflows.definition import Workflow, chain, group, step
 from jobq.workflows.operations import cancel_workflow, retry_workflow
 from jobq.workflows.runs import WorkflowRun, get_workflow, list_workflows
+from jobq.workflows.spawn import spawn
 from jobq.workflows.waiting import result, wait
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "list_workflows",
     "result",
     "retry_workflow",
+    "spawn",
     "step",
     "wait",
 ]

@@ -214,3 +214,14 @@ def wf_flaky(job: jobq.Job) -> dict:
 def wf_sum(job: jobq.Job) -> dict:
     _ledger(job)
     return {"value": sum(r["value"] for r in (job.parent_results or {}).values()), "parents": len(job.parent_results or {})}
+
+
+@jobq.register("wf_spawner")
+def wf_spawner(job: jobq.Job) -> dict:
+    """Spawns payload.n wf_step jobs (values 100, 101, ...); fails its first attempt after
+    spawning when payload.fail_first (what it spawned then must never be written)."""
+    names = [jobq.spawn("wf_step", {"value": 100 + i}) for i in range(job.payload.get("n", 2))]
+    _ledger(job)
+    if job.payload.get("fail_first") and job.attempt == 0:
+        raise RuntimeError("fails after spawning")
+    return {"value": 0, "spawned": names}

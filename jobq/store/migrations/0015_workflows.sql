@@ -169,3 +169,47 @@ $$;
 CREATE TRIGGER jobs_left_unfinished AFTER DELETE ON jobs FOR EACH ROW
     WHEN (OLD.status IN ('pending', 'claimed', 'running', 'waiting') AND (OLD.workflow_id IS NOT NULL OR OLD.awaited))
     EXECUTE FUNCTION jobs_left_unfinished();
+
+-- A step's successful outcome that carries what its handler spawned (jobq.spawn): the
+-- worker sends the result as {"jobq:spawn": [jobs], "jobq:result": value}; before the
+-- row is written, this stores the value alone and adds the jobs to the step's workflow
+-- as steps named '<step>.<name>', pending at once, each a new parent of the step's
+-- children not yet released (so they wait for everything the step spawned as well).
+-- It runs inside the outcome statement, under its lease: a run that fails, times out or
+-- is lost spawns nothing, and a run's spawns are written once, with its outcome.
+CREATE FUNCTION jobs_spawn_with_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    parent_name text;
+    spawned jsonb := NEW.result->'jobq:spawn';
+BEGIN
+    NEW.result := NEW.result->'jobq:result';
+    SELECT s.name INTO parent_name FROM jobq_workflow_steps AS s WHERE s.job_id = NEW.id;
+    IF NOT FOUND OR jsonb_typeof(spawned) <> 'array' THEN
+        RETURN NEW;
+    END IF;
+    WITH items AS MATERIALIZED (
+        SELECT parent_name || '.' || (i->>'name') AS name, nextval(pg_get_serial_sequence('jobs', 'id')) AS job_id, i
+        FROM jsonb_array_elements(spawned) AS i),
+    inserted AS (INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, workflow_id)
+        SELECT job_id, i->>'type', i->>'queue', i->'payload', (i->>'priority')::smallint, (i->>'max_retries')::int,
+               coalesce((i->>'run_at')::timestamptz, now()),
+               (SELECT array_agg(t) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(i->'tags') = 'array'
+                                                                 THEN i->'tags' END) AS t),
+               NEW.workflow_id
+        FROM items ORDER BY job_id),
+    steps AS (INSERT INTO jobq_workflow_steps (workflow_id, name, job_id, spawned_by)
+        SELECT NEW.workflow_id, name, job_id, parent_name FROM items),
+    children AS MATERIALIZED (SELECT e.child FROM jobq_workflow_edges AS e
+        WHERE e.workflow_id = NEW.workflow_id AND e.parent = parent_name AND e.outcome IS NULL),
+    edges AS (INSERT INTO jobq_workflow_edges (workflow_id, parent, child)
+        SELECT NEW.workflow_id, items.name, children.child FROM items, children)
+    UPDATE jobq_workflow_steps AS s SET parents_left = s.parents_left + (SELECT count(*) FROM items)
+    WHERE s.workflow_id = NEW.workflow_id AND s.name IN (SELECT child FROM children);
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER jobs_spawn_with_outcome BEFORE UPDATE OF status ON jobs FOR EACH ROW
+    WHEN (NEW.status = 'done' AND OLD.workflow_id IS NOT NULL AND jsonb_typeof(NEW.result) = 'object'
+          AND NEW.result ? 'jobq:spawn')
+    EXECUTE FUNCTION jobs_spawn_with_outcome();
