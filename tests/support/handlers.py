@@ -225,3 +225,38 @@ def wf_spawner(job: jobq.Job) -> dict:
     if job.payload.get("fail_first") and job.attempt == 0:
         raise RuntimeError("fails after spawning")
     return {"value": 0, "spawned": names}
+
+
+# The workflows' chaos test (tests/test_chaos_workflows.py): a ledger of each run's job,
+# attempt and process, in a table of its own.
+WF_LEDGER_CREATE = (
+    "CREATE TABLE IF NOT EXISTS wf_ledger (job_id bigint NOT NULL, attempt integer NOT NULL, pid integer NOT NULL, "
+    "at timestamptz NOT NULL DEFAULT clock_timestamp())"
+)
+_wf_conn: psycopg.Connection | None = None
+
+
+def _wf_ledger(job: jobq.Job) -> None:
+    global _wf_conn
+    if _wf_conn is None or _wf_conn.closed or _wf_conn.broken:
+        _wf_conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger")
+    _wf_conn.execute("INSERT INTO wf_ledger (job_id, attempt, pid) VALUES (%s, %s, %s)", (job.id, job.attempt, os.getpid()))
+
+
+@jobq.register("wf_chaos_parent")
+def wf_chaos_parent(job: jobq.Job) -> dict:
+    time.sleep(0.002)
+    _wf_ledger(job)
+    return {"value": job.payload["i"]}
+
+
+@jobq.register("wf_chaos_callback")
+def wf_chaos_callback(job: jobq.Job) -> dict:
+    jobq.spawn("wf_chaos_leaf")
+    _wf_ledger(job)
+    return {"parents": len(job.parent_results or {}), "sum": sum(r["value"] for r in (job.parent_results or {}).values())}
+
+
+@jobq.register("wf_chaos_leaf")
+def wf_chaos_leaf(job: jobq.Job) -> None:
+    _wf_ledger(job)
