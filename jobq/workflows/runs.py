@@ -16,6 +16,7 @@ from jobq.store.connections import Connection, connection
 from jobq.store.sql.workflows import (
     WORKFLOW_GET,
     WORKFLOW_GET_EDGES,
+    WORKFLOW_GET_STEP_OF_JOB,
     WORKFLOW_GET_STEPS,
     WORKFLOW_LIST,
     WORKFLOW_STATUS,
@@ -115,6 +116,26 @@ def list_workflows(
               "scan": limit if status is None else None}  # a status is known only once computed
     with connection(conn) as c, c.cursor(row_factory=dict_row) as cur:
         return cur.execute(WORKFLOW_LIST, params).fetchall()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepOfJob:
+    """The step a job is now: its workflow, its name, and its parents as (step name, job
+    id, status); a job no step points at (retried since) has none."""
+
+    workflow_id: int
+    name: str
+    parents: list[tuple[str, int, str | None]]
+
+
+def step_of_job(job_id: int, *, conn: Connection | None = None) -> StepOfJob | None:
+    """The step ``job_id`` is now, or None."""
+    with connection(conn) as c:
+        rows = c.execute(WORKFLOW_GET_STEP_OF_JOB, {"id": job_id}).fetchall()
+    if not rows:
+        return None
+    parents = [(name, parent_id, status) for _, _, name, parent_id, status in rows if name is not None]
+    return StepOfJob(rows[0][0], rows[0][1], parents)
 
 
 def _current_ids(workflow_id: int, conn: Connection | None) -> list[int]:

@@ -11,6 +11,7 @@ from flask import Response, redirect, url_for
 
 import jobq
 from jobq.job import Job
+from jobq.workflows.runs import step_of_job
 from web.dashboard import common, security
 from web.dashboard.format import worker_place
 from web.dashboard.blueprints import actions, pages
@@ -46,11 +47,11 @@ def timeline(job: Job) -> list[Step]:
 def valid_actions(job: Job, now: datetime) -> list[tuple[str, str]]:
     """(route action, label) of the actions its status allows."""
     found = []
-    if job.status in ("pending", "claimed", "running"):
+    if job.status in ("pending", "claimed", "running", "waiting"):
         found.append(("cancel", "Cancel"))
     if job.status == "pending" and job.run_at > now:
         found.append(("run-now", "Run now"))
-    if job.status in ("dead", "cancelled") and job.retried_as is None:
+    if job.status in ("dead", "cancelled") and job.retried_as is None and job.workflow_id is None:
         found.append(("retry", "Retry"))
     if job.status == "pending":
         found.append(("delete", "Delete"))
@@ -61,15 +62,16 @@ def valid_actions(job: Job, now: datetime) -> list[tuple[str, str]]:
 def job(job_id: int) -> str:
     with common.database() as conn:
         found = jobq.get(job_id, conn=conn)
+        step = step_of_job(job_id, conn=conn) if found.workflow_id is not None else None
     return common.page(
-        "job.html", f"Job {job_id}", job=found, timeline=timeline(found),
+        "job.html", f"Job {job_id}", job=found, timeline=timeline(found), step=step,
         actions=valid_actions(found, datetime.now(timezone.utc)),
         fields=_fields(found),
     )
 
 
 def _fields(job: Job) -> list[tuple[str, Any]]:
-    skip = {"payload", "result", "errors", "error", "progress"}
+    skip = {"payload", "result", "errors", "error", "progress", "parent_results", "parent_failures"}
     return [(name, getattr(job, name)) for name in Job.__dataclass_fields__ if name not in skip]
 
 

@@ -61,6 +61,15 @@ WORKFLOW_GET_EDGES = (
     "SELECT parent, child, outcome FROM jobq_workflow_edges WHERE workflow_id = %(id)s ORDER BY parent, child"
 )
 
+# WORKFLOW_GET_STEP_OF_JOB: the step a job is (jobq_workflow_steps_job_idx), with its
+# parents' names, jobs and statuses (the edges' child index, then the parents' steps).
+WORKFLOW_GET_STEP_OF_JOB = (
+    "SELECT s.workflow_id, s.name, p.name, p.job_id, (SELECT status FROM jobs WHERE id = p.job_id) "
+    "FROM jobq_workflow_steps AS s LEFT JOIN jobq_workflow_edges AS e ON e.workflow_id = s.workflow_id "
+    "AND e.child = s.name LEFT JOIN jobq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.name = e.parent "
+    "WHERE s.job_id = %(id)s ORDER BY p.name"
+)
+
 # The status of a workflow from its steps' jobs: running while any is unfinished; then
 # done if all are, dead if any is, else cancelled. A job gone (retention) counts as done.
 _STATUS = (
