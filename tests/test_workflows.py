@@ -314,3 +314,23 @@ def test_spawned_jobs_join_the_workflow_once_and_the_dependents_wait_for_them(le
 def test_spawn_outside_a_workflow_step_is_refused():
     with pytest.raises(InvalidArgument):
         jobq.spawn("wf_step")
+
+
+def test_retention_removes_a_workflow_with_its_last_job(conn):
+    from jobq.store.retention import prune
+
+    gone, kept = (jobq.Workflow(name=n) for n in ("gone", "kept"))
+    for wf in (gone, kept):
+        wf.add("wf_step", after=[wf.add("wf_step")])
+    gone_run, kept_run = gone.enqueue(conn=conn), kept.enqueue(conn=conn)
+    conn.execute("UPDATE jobq_workflows SET created_at = now() - interval '2 hours'")
+    # The jobs of one are gone (as a dropped partition takes them: no trigger fires).
+    conn.execute("ALTER TABLE jobs DISABLE TRIGGER USER")
+    try:
+        conn.execute("DELETE FROM jobs WHERE workflow_id = %s", (gone_run.id,))
+    finally:
+        conn.execute("ALTER TABLE jobs ENABLE TRIGGER USER")
+    prune(conn, 3600)
+    assert [n for (n,) in conn.execute("SELECT name FROM jobq_workflows")] == ["kept"]
+    assert scalar(conn, "SELECT count(*) FROM jobq_workflow_steps") == 2
+    assert scalar(conn, "SELECT count(*) FROM jobq_workflow_edges") == 1

@@ -151,6 +151,17 @@ WORKFLOW_RECOUNT_PARENTS = (
 # WORKFLOW_RELEASE: release those of some steps that are waiting (jobq_workflow_release).
 WORKFLOW_RELEASE = "SELECT jobq_workflow_release(%(id)s, name) FROM unnest(%(names)b::text[]) AS s(name)"
 
+# WORKFLOW_DELETE_WITHOUT_JOBS: retention (jobq.store.retention) of workflows older than
+# the jobs' retention none of whose steps' jobs is left (each step's job looked up by
+# id: one probe per partition's id index); up to {batch} a statement, oldest first
+# (primary key). Their steps and edges go with them (ON DELETE CASCADE).
+WORKFLOW_DELETE_WITHOUT_JOBS = (
+    "DELETE FROM jobq_workflows WHERE id IN (SELECT w.id FROM jobq_workflows AS w "
+    "WHERE w.created_at < now() - make_interval(secs => %(older_than)s) AND NOT EXISTS "
+    "(SELECT FROM jobq_workflow_steps AS s JOIN jobs AS j ON j.id = s.job_id WHERE s.workflow_id = w.id) "
+    "ORDER BY w.id LIMIT %(batch)s)"
+)
+
 # JOB_AWAIT_IF_UNFINISHED: a waiter's interest in some jobs' end: the row trigger
 # jobs_left_unfinished notifies 'jobq_finished' with the id when such a job finishes
 # (or is deleted). Primary-key probes; returns the ids still unfinished.
