@@ -15,7 +15,8 @@ from typing import Any
 from jobq.errors import InvalidArgument
 from jobq.spec import JobSpec, parse_spec
 
-MAX_STEPS = 10_000
+MAX_STEPS = 10_000  # of a workflow sent over HTTP (POST /workflows: one request body)
+MAX_WORKFLOW_STEPS = 100_000  # of one built in Python (one insert statement)
 ON_PARENT_FAILURE = ("cancel", "run")
 # Per-step keys would make a step's insert depend on another job's key; a workflow is
 # made idempotent whole (Workflow.enqueue(idempotency_key=...)).
@@ -84,8 +85,8 @@ class Workflow:
             raise InvalidArgument("steps[].name", "must be a string of 1-200 characters")
         if name in self.steps:
             raise InvalidArgument(f"{label}.name", "is the name of another step")
-        if len(self.steps) >= MAX_STEPS:
-            raise InvalidArgument("steps", f"at most {MAX_STEPS} steps")
+        if len(self.steps) >= MAX_WORKFLOW_STEPS:
+            raise InvalidArgument("steps", f"at most {MAX_WORKFLOW_STEPS} steps")
         for option in _REFUSED_OPTIONS:
             if option in options:
                 raise InvalidArgument(f"{label}.{option}", "steps take none; give the workflow an idempotency_key")

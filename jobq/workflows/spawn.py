@@ -13,7 +13,7 @@ from typing import Any
 from jobq.errors import InvalidArgument
 from jobq.handlers import context
 from jobq.spec import parse_spec
-from jobq.workflows.definition import MAX_STEPS
+from jobq.workflows.definition import MAX_WORKFLOW_STEPS
 
 
 def spawn(type: str, payload: Mapping[str, Any] | None = None, *, name: str | None = None, **options: Any) -> str:
@@ -30,8 +30,8 @@ def spawn(type: str, payload: Mapping[str, Any] | None = None, *, name: str | No
             raise InvalidArgument(option, "spawned steps take none")
     spec = parse_spec({"type": type, "payload": payload, **options})
     spawned = run.spawned if run.spawned is not None else []
-    if len(spawned) >= MAX_STEPS:
-        raise InvalidArgument("spawn", f"at most {MAX_STEPS} jobs per run")
+    if len(spawned) >= MAX_WORKFLOW_STEPS:
+        raise InvalidArgument("spawn", f"at most {MAX_WORKFLOW_STEPS} jobs per run")
     taken = {job["name"] for job in spawned}
     if name is None:
         name, n = spec.type, 2

@@ -80,57 +80,64 @@ CREATE TABLE jobq_workflow_edges (
 );
 CREATE INDEX jobq_workflow_edges_child_idx ON jobq_workflow_edges (workflow_id, child);
 
--- A step all of whose parents have finished: waiting -> pending (due now, or at its own
--- run_at if later), with its parents' results (those that ended done) and failures
--- (the others, under on_parent_failure 'run') copied in from the settled edges. The
--- update's status guard makes it a no-op for a step no longer waiting.
-CREATE FUNCTION jobq_workflow_release(p_workflow bigint, p_step text) RETURNS void LANGUAGE sql AS $$
+-- Steps all of whose parents have finished: waiting -> pending (due now, or at their own
+-- run_at if later), each with its parents' results (those that ended done) and failures
+-- (the others, under on_parent_failure 'run') copied in from the settled edges, in one
+-- statement (a fan-out of 10,000 is one update, one count and one wake-up per queue).
+-- The update's status guard makes it a no-op for a step no longer waiting.
+CREATE FUNCTION jobq_workflow_release(p_workflow bigint, p_steps text[]) RETURNS void LANGUAGE sql AS $$
     UPDATE jobs AS j SET status = 'pending', run_at = greatest(j.run_at, now()),
         parent_results = r.results, parent_failures = r.failures
-    FROM jobq_workflow_steps AS s,
-         (SELECT coalesce(jsonb_object_agg(e.parent, e.result) FILTER (WHERE e.outcome = 'done'), '{}') AS results,
-                 jsonb_object_agg(e.parent, coalesce(e.error, e.outcome)) FILTER (WHERE e.outcome <> 'done') AS failures
-          FROM jobq_workflow_edges AS e WHERE e.workflow_id = p_workflow AND e.child = p_step) AS r
-    WHERE s.workflow_id = p_workflow AND s.name = p_step AND j.id = s.job_id AND j.status = 'waiting'
+    FROM (SELECT s.job_id, coalesce(a.results, '{}') AS results, a.failures
+          FROM jobq_workflow_steps AS s, LATERAL (
+              SELECT jsonb_object_agg(e.parent, e.result) FILTER (WHERE e.outcome = 'done') AS results,
+                     jsonb_object_agg(e.parent, coalesce(e.error, e.outcome)) FILTER (WHERE e.outcome <> 'done') AS failures
+              FROM jobq_workflow_edges AS e WHERE e.workflow_id = s.workflow_id AND e.child = s.name) AS a
+          WHERE s.workflow_id = p_workflow AND s.name = ANY(p_steps)) AS r
+    WHERE j.id = r.job_id AND j.status = 'waiting'
 $$;
 
--- A step's parent finished (p_outcome: done, dead, cancelled, failed or deleted): each
--- edge from it is settled once (outcome IS NULL), children in name order (so that two
--- outcomes touching the same children lock them in the same order), each child's
--- count decremented under the child step's row lock. A failure cancels a child whose
--- on_parent_failure is 'cancel' (its own row leaving jobs_waiting settles its edges in
--- turn: the descendants follow); the last parent releases a waiting child to pending,
--- with its parents' results and failures copied into it.
+-- A step's parent finished (p_outcome: done, dead, cancelled, failed or deleted). Its
+-- children's step rows are locked first, in name order (two outcomes touching the same
+-- children lock them in the same order); then each edge from it is settled once
+-- (outcome IS NULL) and each child's count decremented, under that lock: "last" is
+-- decided there. A failure cancels the children whose on_parent_failure is 'cancel'
+-- (their rows leaving jobs_waiting settle their own edges in turn: the descendants
+-- follow); the children whose count reached 0 are released (jobq_workflow_release).
+-- Set-based: a fan-out's release costs a few statements, not a few per child.
 CREATE FUNCTION jobq_workflow_settle(p_workflow bigint, p_job bigint, p_outcome text, p_result jsonb, p_error text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     parent_name text;
-    settling record;
-    step record;
+    to_cancel bigint[];
+    to_release text[];
 BEGIN
     SELECT s.name INTO parent_name FROM jobq_workflow_steps AS s WHERE s.job_id = p_job AND s.workflow_id = p_workflow;
     IF NOT FOUND THEN
         RETURN;  -- a step's former job (replaced by retry_workflow)
     END IF;
-    FOR settling IN SELECT e.child AS name FROM jobq_workflow_edges AS e
-                WHERE e.workflow_id = p_workflow AND e.parent = parent_name AND e.outcome IS NULL ORDER BY e.child
-    LOOP
+    PERFORM FROM jobq_workflow_steps AS s
+    WHERE s.workflow_id = p_workflow AND s.name IN (SELECT e.child FROM jobq_workflow_edges AS e
+        WHERE e.workflow_id = p_workflow AND e.parent = parent_name AND e.outcome IS NULL)
+    ORDER BY s.name FOR UPDATE;
+    WITH settled AS (
         UPDATE jobq_workflow_edges AS e SET outcome = p_outcome, result = p_result, error = p_error
-        WHERE e.workflow_id = p_workflow AND e.parent = parent_name AND e.child = settling.name AND e.outcome IS NULL;
-        IF NOT FOUND THEN
-            CONTINUE;
-        END IF;
+        WHERE e.workflow_id = p_workflow AND e.parent = parent_name AND e.outcome IS NULL RETURNING e.child),
+    counted AS (
         UPDATE jobq_workflow_steps AS s SET parents_left = s.parents_left - 1
-        WHERE s.workflow_id = p_workflow AND s.name = settling.name
-        RETURNING s.job_id, s.parents_left, s.on_parent_failure INTO step;
-        IF p_outcome <> 'done' AND step.on_parent_failure = 'cancel' THEN
-            UPDATE jobs SET status = 'cancelled', completed_at = now(), cancelled_by = 'jobq',
-                error = format('parent step %s (job %s) ended %s', parent_name, p_job, p_outcome)
-            WHERE id = step.job_id AND status = 'waiting';
-        ELSIF step.parents_left = 0 THEN
-            PERFORM jobq_workflow_release(p_workflow, settling.name);
-        END IF;
-    END LOOP;
+        FROM settled WHERE s.workflow_id = p_workflow AND s.name = settled.child
+        RETURNING s.name, s.job_id, s.parents_left, s.on_parent_failure)
+    SELECT array_agg(job_id) FILTER (WHERE p_outcome <> 'done' AND on_parent_failure = 'cancel'),
+           array_agg(name) FILTER (WHERE parents_left = 0 AND NOT (p_outcome <> 'done' AND on_parent_failure = 'cancel'))
+    INTO to_cancel, to_release FROM counted;
+    IF to_cancel IS NOT NULL THEN
+        UPDATE jobs SET status = 'cancelled', completed_at = now(), cancelled_by = 'jobq',
+            error = format('parent step %s (job %s) ended %s', parent_name, p_job, p_outcome)
+        WHERE id = ANY(to_cancel) AND status = 'waiting';
+    END IF;
+    IF to_release IS NOT NULL THEN
+        PERFORM jobq_workflow_release(p_workflow, to_release);
+    END IF;
 END
 $$;
 
@@ -145,6 +152,9 @@ DECLARE
     now_result jsonb;
     now_error text;
 BEGIN
+    IF OLD.status = 'waiting' AND EXISTS (SELECT FROM jobs WHERE id = OLD.id AND status = 'pending') THEN
+        RETURN NULL;  -- released (jobs_live's primary key: the one probe a release pays)
+    END IF;
     SELECT status, result, error INTO now_status, now_result, now_error FROM jobs
     WHERE id = OLD.id AND status IN ('done', 'failed', 'dead', 'cancelled') AND completed_at = now();
     IF NOT FOUND THEN

@@ -149,7 +149,7 @@ WORKFLOW_RECOUNT_PARENTS = (
 )
 
 # WORKFLOW_RELEASE: release those of some steps that are waiting (jobq_workflow_release).
-WORKFLOW_RELEASE = "SELECT jobq_workflow_release(%(id)s, name) FROM unnest(%(names)b::text[]) AS s(name)"
+WORKFLOW_RELEASE = "SELECT jobq_workflow_release(%(id)s, %(names)b::text[])"
 
 # WORKFLOW_DELETE_WITHOUT_JOBS: retention (jobq.store.retention) of workflows older than
 # the jobs' retention none of whose steps' jobs is left (each step's job looked up by
