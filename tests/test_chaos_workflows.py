@@ -7,8 +7,6 @@ no spawned job is written twice."""
 
 from __future__ import annotations
 
-import os
-import random
 import signal
 import time
 
@@ -16,7 +14,7 @@ import psycopg
 import pytest
 
 import jobq
-from support.daemon import alive, worker_pids, worker_pids_of_session
+from support.daemon import alive, kill_a_worker, worker_pids_of_session
 from support.db import migrated_instance, scalar
 from support.waiting import wait_for
 
@@ -63,13 +61,7 @@ def test_fan_ins_release_their_callbacks_exactly_once_under_kills_and_a_restart(
             conn = psycopg.connect(url, autocommit=True)
             restarted = True
         time.sleep(1)
-        pids = worker_pids(conn)
-        if pids:
-            try:
-                os.kill(random.choice(pids), signal.SIGKILL)
-                kills += 1
-            except ProcessLookupError:
-                pass
+        kills += kill_a_worker(conn)
     dead_workers = {pid for (pid,) in conn.execute("SELECT DISTINCT pid FROM wf_ledger") if not alive(pid)}
     d.signal(signal.SIGTERM)
     d.wait(30)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import click
 
@@ -62,9 +63,7 @@ def workflows_cancel(workflow_id: int) -> None:
     """Cancel every step of a workflow that has not finished."""
     from jobq.workflows.operations import cancel_workflow
 
-    with session() as conn, connections.database_errors():
-        run = cancel_workflow(workflow_id, actor=audit.cli_actor(), conn=conn)
-    click.echo(f"jobq: workflow {run.id} {run.status}")
+    _act(cancel_workflow, workflow_id)
 
 
 @workflows.command("retry")
@@ -73,8 +72,13 @@ def workflows_retry(workflow_id: int) -> None:
     """New jobs for a workflow's dead and cancelled steps, the edges re-pointed to them."""
     from jobq.workflows.operations import retry_workflow
 
+    _act(retry_workflow, workflow_id)
+
+
+def _act(action: Callable[..., WorkflowRun], workflow_id: int) -> None:
+    """Run an operator's action on a workflow, audited as the CLI's actor; say its status after."""
     with session() as conn, connections.database_errors():
-        run = retry_workflow(workflow_id, actor=audit.cli_actor(), conn=conn)
+        run = action(workflow_id, actor=audit.cli_actor(), conn=conn)
     click.echo(f"jobq: workflow {run.id} {run.status}")
 
 
