@@ -71,7 +71,8 @@ class JobFailed(JobqError):
     its last snapshot, ``status`` its status, ``error`` its last error."""
 
     def __init__(self, job: Any) -> None:
-        super().__init__(f"job {job.id} ended {job.status}: {job.error or ''}".rstrip(": "))
+        lines = (job.error or "").strip().splitlines()
+        super().__init__(f"job {job.id} ended {job.status}" + (f": {lines[-1]}" if lines else ""))
         self.job = job
         self.status = job.status
         self.error = job.error
