@@ -48,7 +48,7 @@ def test_a_group_of_ten_with_a_callback_that_receives_ten_results(ledger, daemon
     run = wf.enqueue(conn=ledger)
     assert sorted(run.jobs) == sorted(["wf_step"] + [f"wf_step-{i}" for i in range(2, 11)] + ["total"])
     daemon(2)
-    total = jobq.wait(run.jobs["total"].id, timeout=DEADLINE, conn=ledger)
+    total = jobq.wait(run.jobs["total"].id, timeout=DEADLINE)
     assert total.result == {"value": sum(range(10)), "parents": 10}
     assert len(total.parent_results) == 10 and total.parent_failures is None
     assert runs_of(ledger, total.id) == 1
@@ -78,7 +78,7 @@ def test_on_parent_failure_run_releases_the_step_with_the_failure(ledger, daemon
     last = wf.add("wf_step", after=[good, bad], on_parent_failure="run")
     run = wf.enqueue(conn=ledger)
     daemon(2)
-    job = jobq.wait(run.jobs[last].id, timeout=DEADLINE, conn=ledger)
+    job = jobq.wait(run.jobs[last].id, timeout=DEADLINE)
     assert job.status == "done"
     assert job.parent_results == {good: {"value": 5, "parents": None, "failures": None}}
     assert list(job.parent_failures) == [bad] and "fails on purpose" in job.parent_failures[bad]
@@ -88,7 +88,7 @@ def test_a_retried_then_successful_parent_releases_its_callback_exactly_once(led
     wf = jobq.group(*[jobq.step("wf_flaky", {"value": i}) for i in range(3)], then=jobq.step("wf_sum", name="cb"))
     run = wf.enqueue(conn=ledger)
     daemon(2)
-    cb = jobq.wait(run.jobs["cb"].id, timeout=DEADLINE, conn=ledger)
+    cb = jobq.wait(run.jobs["cb"].id, timeout=DEADLINE)
     assert cb.status == "done" and cb.result == {"value": 3, "parents": 3}
     assert runs_of(ledger, cb.id) == 1
     for name, job in run.jobs.items():
@@ -296,7 +296,7 @@ def test_spawned_jobs_join_the_workflow_once_and_the_dependents_wait_for_them(le
     wf.add("wf_sum", after=[parent], name="total")
     run = wf.enqueue(conn=ledger)
     daemon(2)
-    total = jobq.wait(run.jobs["total"].id, timeout=DEADLINE, conn=ledger)
+    total = jobq.wait(run.jobs["total"].id, timeout=DEADLINE)
     assert total.status == "done"
     # The first run spawned and failed: nothing of it was written; the second's three were.
     assert set(total.parent_results) == {"fan", "fan.wf_step", "fan.wf_step-2", "fan.wf_step-3"}

@@ -8,12 +8,11 @@ from flask import request
 import jobq
 from jobq.errors import InvalidArgument
 from jobq.jobs.submit import submit
+from jobq.workflows.waiting import wait_all
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import header_parameters, resource
 from web.context import api
-from jobq.workflows.waiting import wait_all
-from web.schemas_workflows import JobWaitQuery
 from web.schemas import (
     IDEMPOTENCY_KEY,
     EnqueueHeaders,
@@ -27,6 +26,7 @@ from web.schemas import (
     JobPath,
     ValidationFailure,
 )
+from web.schemas_workflows import JobWaitQuery
 
 jobs = resource("jobs", __name__, "The job ledger")
 jobs.before_request(jsonio.require_json_body)

@@ -54,8 +54,10 @@ class WorkflowRun:
     created: bool = True  # False: an earlier workflow held the submission's idempotency key
 
     def wait(self, timeout: float | None = None, *, conn: Connection | None = None) -> WorkflowRun:
-        """Block until every step has finished; return the run read again. Raises
-        :class:`TimeoutError` past ``timeout`` seconds (see :func:`jobq.wait`)."""
+        """Block until every step has finished (following retries and spawns); return the
+        run read again. Raises :class:`TimeoutError` past ``timeout`` seconds (see
+        :func:`jobq.wait`). ``conn``: for reading the run only (the waiter's marks go in
+        on the default pool's connections)."""
         from jobq.workflows.waiting import wait_all
 
         wait_all([job.id for job in self.jobs.values()], timeout, follow=lambda: _current_ids(self.id, conn))

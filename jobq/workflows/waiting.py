@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from jobq import settings
-from jobq.errors import JobFailed
+from jobq.errors import InvalidArgument, JobFailed
 from jobq.job import Job
 from jobq.jobs.ledger import check_id, get
-from jobq.store.connections import Connection, ProcessPool, again_if_moved, connect, connection
+from jobq.store.connections import ProcessPool, again_if_moved, connect, connection
 from jobq.store.sql.workflows import JOB_AWAIT_IF_UNFINISHED, LISTEN_FINISHED
 
 log = logging.getLogger(__name__)
@@ -99,11 +99,12 @@ def listener_for(url: str) -> FinishedListener:
         return _listeners[key]
 
 
-def await_unfinished(ids: list[int], *, conn: Connection | None = None, pool: ProcessPool | None = None) -> list[int]:
-    """Mark ``ids`` as awaited and return those not finished yet; on ``conn``, or on a
-    connection of ``pool`` (else of the default pool) given back, committed, before it
-    returns."""
-    with (pool.connection() if pool is not None and conn is None else connection(conn)) as c:
+def await_unfinished(ids: list[int], *, pool: ProcessPool | None = None) -> list[int]:
+    """Mark ``ids`` as awaited and return those not finished yet, on a connection of
+    ``pool`` (else of the default pool) given back, committed, before it returns. Never
+    on a caller's connection: a mark left uncommitted in a transaction would hold the
+    job's row, and with it the outcome the caller waits for."""
+    with pool.connection() if pool is not None else connection() as c:
         return [row[0] for row in again_if_moved(c, JOB_AWAIT_IF_UNFINISHED, {"ids": ids})]
 
 
@@ -113,27 +114,24 @@ def wait_all(
     *,
     follow: Callable[[], list[int]] | None = None,
     url: str | None = None,
-    conn: Connection | None = None,
     pool: ProcessPool | None = None,
 ) -> None:
     """Block until every job of ``ids`` has ended (or is gone). ``follow``: returns the
-    ids to wait for anew after each wake-up (a workflow whose steps a retry re-pointed).
-    Raises :class:`TimeoutError` past ``timeout`` seconds (None: no limit). Reads and
-    registers on ``conn``, else on a connection of ``pool`` (else of the default pool)
+    ids to wait for anew once those have ended (a workflow whose steps a retry
+    re-pointed or a spawn added). Raises :class:`TimeoutError` past ``timeout`` seconds
+    (None: no limit). Checks on a connection of ``pool`` (else of the default pool)
     taken for each check only: none is held while it waits. ``url``: the database whose
     notifications it listens to (default: ``DATABASE_URL``)."""
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
-        from jobq.errors import InvalidArgument
-
         raise InvalidArgument("timeout", "must be a number of seconds, 0 or more")
     deadline = None if timeout is None else time.monotonic() + timeout
     listener = listener_for(url or settings.current().require_database_url())
     listener.ready(RECHECK if timeout is None else min(RECHECK, timeout))
     while True:
-        unfinished = await_unfinished(ids, conn=conn, pool=pool)
+        unfinished = await_unfinished(ids, pool=pool)
         if follow is not None and not unfinished:
             ids = follow()
-            unfinished = await_unfinished(ids, conn=conn, pool=pool)
+            unfinished = await_unfinished(ids, pool=pool)
         if not unfinished:
             return
         left = RECHECK if deadline is None else deadline - time.monotonic()
@@ -142,20 +140,21 @@ def wait_all(
         listener.wait_any(unfinished, min(left, RECHECK))
 
 
-def wait(job_id: int, timeout: float | None = None, **kwargs: Any) -> Job:
-    """The job once it is ``done``, ``dead`` or ``cancelled``. Raises :class:`TimeoutError`
-    past ``timeout`` seconds, :class:`~jobq.errors.JobNotFound` for a job that does not
-    exist (or was deleted meanwhile)."""
+def wait(job_id: int, timeout: float | None = None) -> Job:
+    """The job once it is ``done``, ``dead`` or ``cancelled`` (the default pool, for
+    ``DATABASE_URL``). Raises :class:`TimeoutError` past ``timeout`` seconds,
+    :class:`~jobq.errors.JobNotFound` for a job that does not exist (or was deleted
+    meanwhile)."""
     check_id(job_id)
-    wait_all([job_id], timeout, **kwargs)
-    return get(job_id, conn=kwargs.get("conn"))
+    wait_all([job_id], timeout)
+    return get(job_id)
 
 
-def result(job_id: int, timeout: float | None = None, **kwargs: Any) -> Any:
+def result(job_id: int, timeout: float | None = None) -> Any:
     """The job's result once it is ``done``; raises :class:`JobFailed` (with the job, its
     status and last error) if it ended dead or cancelled, :class:`TimeoutError` past
     ``timeout``."""
-    job = wait(job_id, timeout, **kwargs)
+    job = wait(job_id, timeout)
     if job.status != "done":
         raise JobFailed(job)
     return job.result
