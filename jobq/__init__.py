@@ -33,12 +33,15 @@ from jobq.errors import (
     JobNotDeletable,
     JobNotFound,
     JobNotRetryable,
+    JobFailed,
     JobNotScheduled,
     JobqError,
     NotFound,
     Overloaded,
     Snooze,
+    StepNotRetryable,
     UnknownJobType,
+    WorkflowNotFound,
 )
 from jobq.handlers.registry import register
 from jobq.schedules.declarations import periodic
@@ -46,6 +49,20 @@ from jobq.job import STATUSES, DeadLetter, Job
 from jobq.jobs.control import cancel, delete, retry, run_now
 from jobq.jobs.ledger import counts, get, list_jobs
 from jobq.handlers.context import cancel_requested, progress
+from jobq.workflows import (
+    Workflow,
+    WorkflowRun,
+    cancel_workflow,
+    chain,
+    get_workflow,
+    group,
+    list_workflows,
+    result,
+    retry_workflow,
+    spawn,
+    step,
+    wait,
+)
 
 __version__ = "0.1.0"
 
@@ -66,14 +83,21 @@ __all__ = [
     "JobNotDeletable",
     "JobNotFound",
     "JobNotRetryable",
+    "JobFailed",
     "JobNotScheduled",
     "JobqError",
     "NotFound",
     "Overloaded",
     "Snooze",
+    "StepNotRetryable",
     "UnknownJobType",
+    "Workflow",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "cancel",
     "cancel_requested",
+    "cancel_workflow",
+    "chain",
     "delete",
     "counts",
     "discard_dead",
@@ -81,12 +105,20 @@ __all__ = [
     "enqueue_many",
     "get",
     "get_dead",
+    "get_workflow",
+    "group",
     "list_dead",
     "list_jobs",
+    "list_workflows",
     "periodic",
     "progress",
     "register",
     "replay",
+    "result",
     "retry",
+    "retry_workflow",
     "run_now",
+    "spawn",
+    "step",
+    "wait",
 ]

@@ -7,6 +7,8 @@ turns each into a one-line message and a non-zero exit.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class JobqError(Exception):
     """Base class of every error jobq raises on purpose."""
@@ -68,6 +70,24 @@ class DeadLetterGroupNotFound(NotFound):
         self.group_id = group_id
 
 
+class WorkflowNotFound(NotFound):
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__(f"workflow {workflow_id} not found")
+        self.workflow_id = workflow_id
+
+
+class JobFailed(JobqError):
+    """A job waited for (:func:`jobq.result`) ended ``dead`` or ``cancelled``: ``job`` is
+    its last snapshot, ``status`` its status, ``error`` its last error."""
+
+    def __init__(self, job: Any) -> None:
+        lines = (job.error or "").strip().splitlines()
+        super().__init__(f"job {job.id} ended {job.status}" + (f": {lines[-1]}" if lines else ""))
+        self.job = job
+        self.status = job.status
+        self.error = job.error
+
+
 class Conflict(JobqError):
     """The row exists but its state forbids the operation."""
 
@@ -91,6 +111,18 @@ class JobNotRetryable(Conflict):
         super().__init__(f"job {job_id} is {status}; only dead or cancelled jobs can be retried")
         self.job_id = job_id
         self.status = status
+
+
+class StepNotRetryable(Conflict):
+    """A workflow's step is retried with its workflow, whose edges must follow it."""
+
+    def __init__(self, job_id: int, workflow_id: int) -> None:
+        super().__init__(
+            f"job {job_id} is a step of workflow {workflow_id}: retry the workflow "
+            f"(jobq.retry_workflow({workflow_id}), POST /workflows/{workflow_id}/retry)"
+        )
+        self.job_id = job_id
+        self.workflow_id = workflow_id
 
 
 class AlreadyRetried(Conflict):

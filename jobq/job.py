@@ -13,7 +13,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 # "failed" is the seed's: no jobq process writes it, old clients may filter on it.
-STATUSES = ("pending", "claimed", "running", "done", "failed", "dead", "cancelled")
+# "waiting": a workflow's step whose parents have not all finished (never claimed).
+STATUSES = ("pending", "claimed", "running", "done", "failed", "dead", "cancelled", "waiting")
 FINISHED = ("done", "failed", "dead", "cancelled")
 
 
@@ -86,6 +87,11 @@ class Job(_Row):
     scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
     snoozes: int = 0  # times its handler raised jobq.Snooze (no attempt counted for them)
     unique_while: str = "always"  # how long idempotency_key keeps another job out (jobq.spec)
+    workflow_id: int | None = None  # the workflow this job is a step of (jobq.Workflow)
+    # Copied in when the step was released: step name -> result, for its parents that
+    # ended done; step name -> last error, for those that did not (on_parent_failure="run").
+    parent_results: dict[str, Any] | None = None
+    parent_failures: dict[str, str] | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -89,6 +89,7 @@ def empty_database(database_url: str) -> Iterator[str]:
 def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg.Connection]:
     """An autocommit connection to empty tables; DATABASE_URL points at the same database."""
     monkeypatch.setenv("DATABASE_URL", database_url)
+    connections.close_default_pool()  # settings an earlier test read without DATABASE_URL go too
     with psycopg.connect(database_url, autocommit=True) as connection:
         connection.execute(db.TRUNCATE)
         yield connection

@@ -63,6 +63,7 @@ def test_every_route_is_documented_with_its_errors(client):
         "/schedules", "/schedules/{name}", "/schedules/{name}/pause", "/schedules/{name}/resume", "/schedules/{name}/run",
         "/jobs/{job_id}/retry", "/jobs/{job_id}/run-now", "/jobs/bulk", "/operations/{operation_id}",
         "/dead-letter/groups/{group_id}/replay", "/dead-letter/groups/{group_id}/discard", "/audit", "/stats",
+        "/workflows", "/workflows/{workflow_id}", "/workflows/{workflow_id}/cancel", "/workflows/{workflow_id}/retry",
     }
     for path, operations in paths.items():
         for method, operation in operations.items():

@@ -178,7 +178,7 @@ def test_a_job_cancelled_before_its_handler_starts_is_not_run():
 
     calls = []
     handler = Handler("t", lambda job: calls.append(job.id))
-    job = type("J", (), {"id": 41, "type": "t"})()
+    job = type("J", (), {"id": 41, "type": "t", "workflow_id": None})()
     in_flight = InFlight()  # the worker's jobs in flight, where cancels are heard
     in_flight.hold([leases.Claim(job, 410, True)])  # type: ignore[arg-type]
     in_flight.request_cancel(41)  # the cancel arrived while it waited in the batch

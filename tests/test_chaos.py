@@ -10,7 +10,6 @@ Each scenario prints its row of the table (run with ``-s`` to see them)::
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ import psycopg
 import pytest
 
 import jobq
-from support.daemon import alive, worker_pids, worker_pids_of_session
+from support.daemon import alive, kill_a_worker, worker_pids, worker_pids_of_session
 from support.db import advisory_locks, migrated_instance, scalar
 from support.waiting import wait_for
 from jobq.store import locks
@@ -188,13 +187,7 @@ def test_workers_killed_every_second_while_draining(ledger, daemon):
     kills = 0
     while not finished(ledger, jobs) and kills < 30:
         time.sleep(1)
-        pids = worker_pids(ledger)
-        if pids:
-            try:
-                os.kill(random.choice(pids), signal.SIGKILL)
-                kills += 1
-            except ProcessLookupError:
-                pass
+        kills += kill_a_worker(ledger)
     wait_for(lambda: finished(ledger, jobs), 60, "every job done or dead")
     tally(ledger, f"workers killed -9 every second ({kills} kills)", jobs, [d], deaths=True)
 

@@ -18,6 +18,7 @@ from jobq.daemon import presence
 from jobq.errors import ConfigError
 from jobq.settings import Settings
 from jobq.observe.workers import list_workers
+from support.api import csrf_of
 from support.rows import seed_dead
 from web.dashboard import charts
 
@@ -25,12 +26,6 @@ pytestmark = [pytest.mark.dashboard, pytest.mark.db]
 
 PAGES = ("/dashboard", "/dashboard/jobs", "/dashboard/queues", "/dashboard/workers", "/dashboard/schedules",
          "/dashboard/dead-letter")
-
-
-def csrf_of(html: bytes) -> str:
-    found = re.search(rb'name="csrf" value="([^"]+)"', html)
-    assert found, "no CSRF field on the page"
-    return found.group(1).decode()
 
 
 def test_full_answers_every_page_and_redirects_the_root(make_app, conn):

@@ -23,7 +23,8 @@ def test_inspect_json_reports_depth_workers_failures_dead_letters_and_locks(conn
         result = run_cli("inspect", "--json", DATABASE_URL=database_url)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["depth"] == {"pending": 1, "claimed": 1, "running": 0, "done": 2, "failed": 0, "dead": 1, "cancelled": 0}
+    assert data["depth"] == {"pending": 1, "claimed": 1, "running": 0, "done": 2, "failed": 0, "dead": 1, "cancelled": 0,
+                             "waiting": 0}
     assert data["queues"]["mail"]["claimed"] == 1 and data["queues"]["default"]["done"] == 2
     assert [w["id"] for w in data["workers"]] == ["host:9:abc"]
     assert data["oldest_pending"]["queue"] == "mail"

@@ -75,3 +75,21 @@ def test_the_previous_counts_and_reads_survive_cancelled_rows_and_counters(conn,
     assert (page.total, len(page.items)) == (2, 2)  # the six statuses the old release knows
     assert [j.status for j in previous_ledger.list_jobs(queue="a", status="claimed", conn=conn).items] == ["claimed"]
     assert previous_ledger.get(jobs[1].id, conn=conn).status == "cancelled"
+
+
+def test_the_previous_counts_and_reads_survive_waiting_steps(conn, previous_ledger):
+    """Schema 15's eighth status, `waiting` (a workflow's step whose parents have not all
+    finished), as the previous release reads it: like `cancelled`, a name it does not
+    know lands among its totals, and its listing of its six statuses leaves it out.
+    (Releasing a step needs nothing of a worker: the database does it, in the trigger
+    that the previous release's outcome statements fire like today's.)"""
+    wf = jobq.Workflow()
+    root = wf.add("noop")
+    step = wf.add("noop", after=[root])
+    run = wf.enqueue(conn=conn)
+    old = previous_ledger.counts(conn=conn)
+    assert {s: old.depth[s] for s in SIX} == {**dict.fromkeys(SIX, 0), "pending": 1}
+    assert old.totals["waiting"] == 1
+    page = previous_ledger.list_jobs(conn=conn)
+    assert (page.total, len(page.items)) == (1, 1)  # its total counts the six statuses it knows
+    assert previous_ledger.get(run.jobs[step].id, conn=conn).status == "waiting"

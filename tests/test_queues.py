@@ -108,7 +108,7 @@ def test_a_bad_queue_name_is_refused_naming_the_field(conn, bad):
     assert queues.list_queues(stale_seconds=10, conn=conn) == []
 
 
-def test_list_shows_every_queue_known_with_seven_statuses_workers_and_oldest_due(conn):
+def test_list_shows_every_queue_known_with_every_status_workers_and_oldest_due(conn):
     for status in ("pending", "claimed", "running", "done", "dead"):
         jobq.enqueue("always_fail", queue="busy", max_retries=0, conn=conn)
         if status != "pending":
@@ -128,7 +128,7 @@ def test_list_shows_every_queue_known_with_seven_statuses_workers_and_oldest_due
     assert list(listed) == ["busy", "fresh", "idle"]  # a stale worker's queue is not known
     busy = listed["busy"]
     assert busy.depth == {
-        "pending": 1, "claimed": 1, "running": 1, "done": 1, "failed": 0, "dead": 1, "cancelled": 1,
+        "pending": 1, "claimed": 1, "running": 1, "done": 1, "failed": 0, "dead": 1, "cancelled": 1, "waiting": 0,
     }
     assert (busy.paused, busy.workers) == (False, 2)
     assert busy.oldest_pending_age_seconds is not None and busy.oldest_pending_age_seconds >= 0

@@ -25,6 +25,7 @@ from web.operations import bulk, operations
 from web.queues import queues
 from web.schedules import schedules
 from web.stats import stats
+from web.workflows import workflow_actions, workflows
 from web.blueprints import BEARER_SCHEME
 from web.schemas import Error, ValidationFailure
 
@@ -58,7 +59,8 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
         app.before_request(auth.bearer_guard(
             settings.api_token, OPEN_ENDPOINTS | dashboard.OPEN_ENDPOINTS, own_guard=dashboard.BLUEPRINTS
         ))
-    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, stats, health):
+    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, stats, health,
+                      workflows, workflow_actions):
         app.register_api(blueprint)
     app.register_blueprint(docs)
     dashboard.install(app, settings)

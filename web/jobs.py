@@ -9,6 +9,7 @@ import jobq
 from jobq.errors import InvalidArgument
 from jobq.handlers import known
 from jobq.jobs.submit import submit
+from jobq.workflows.waiting import wait_all
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import header_parameters, resource
@@ -26,6 +27,7 @@ from web.schemas import (
     JobPath,
     ValidationFailure,
 )
+from web.schemas_workflows import JobWaitQuery
 
 jobs = resource("jobs", __name__, "The job ledger")
 jobs.before_request(jsonio.require_json_body)
@@ -67,8 +69,15 @@ def create_jobs(body: JobBatch) -> tuple[dict, int]:
 
 
 @jobs.get("/jobs/<int:job_id>", responses={200: JobOut, 400: Error, 404: Error})
-def get_job(path: JobPath) -> dict:
-    """One job."""
+def get_job(path: JobPath, query: JobWaitQuery) -> dict:
+    """One job. With ``?wait=N`` (N <= 25 seconds): answers once the job is done, dead or
+    cancelled, or after N seconds with the job as it then is; no database connection is
+    held while it waits (a notification wakes it)."""
+    if query.wait:
+        try:
+            wait_all([path.job_id], query.wait, url=api().settings.require_database_url(), pool=api().database)
+        except TimeoutError:
+            pass  # the job as it is now
     with api().database.connection() as conn:
         return jobq.get(path.job_id, conn=conn).to_dict()
 

@@ -21,6 +21,7 @@ from jobq.cli.dead import dead
 from jobq.cli.jobs import enqueue, show
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
+from jobq.cli.workflows import workflows
 from jobq.errors import ConfigError, JobqError
 from jobq.settings import EXIT_CONFIG
 from jobq.store import connections
@@ -146,4 +147,5 @@ main.add_command(show)
 main.add_command(queues)
 main.add_command(dead)
 main.add_command(schedules)
+main.add_command(workflows)
 actions.attach(main, dead)  # the operator's commands: cancel, delete, retry, run-now, bulk, audit

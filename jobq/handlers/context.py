@@ -46,6 +46,8 @@ class Run:
     cancel_requested: bool = False  # set by whoever heard the cancel; read by the handler
     progress: Progress | None = None  # the handler's latest call of jobq.progress
     calls: int = 0
+    workflow_id: int | None = None  # the workflow whose step this is (jobq.spawn adds to it)
+    spawned: list[dict[str, Any]] | None = None  # the jobs its handler spawned, written with its success
 
 
 _current: Run | None = None

@@ -50,7 +50,9 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     try:
         if handler is None:
             raise UnknownJobType(job.type)
-        context.begin(view or context.Run(job.id))
+        view = view or context.Run(job.id)
+        view.workflow_id = job.workflow_id
+        context.begin(view)
         try:
             if context.cancel_requested():  # cancelled between its claim and now
                 raise Cancelled()
@@ -63,7 +65,7 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
         if cancelled:
             return RunResult(None, None, time.monotonic() - started, cancelled=True)
         try:
-            result_json = storable_json(value)
+            result_json = storable_json(value if not view.spawned else {SPAWN: view.spawned, RESULT: value})
         except (TypeError, ValueError) as exc:
             raise TypeError(f"handler {job.type!r} returned a result that is not storable JSON: {exc}") from None
         return RunResult(result_json, None, time.monotonic() - started)
@@ -80,6 +82,11 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
         if not_retried is not None:
             error = f"not retried: {not_retried}\n{error}"
         return RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+
+
+# The envelope of a step's result that carries the jobs it spawned (jobq.spawn), which
+# the outcome statement's trigger (migration 0015) unwraps as it writes them.
+SPAWN, RESULT = "jobq:spawn", "jobq:result"
 
 
 def _clip(text: str) -> str:

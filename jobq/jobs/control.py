@@ -26,7 +26,7 @@ from jobq.store.sql.control import (
 from jobq.jobs import audit
 from jobq.store.connections import Connection, again_if_moved, connection
 from jobq.errors import AlreadyRetried, JobBusy, JobNotCancellable, JobNotDeletable, JobNotFound
-from jobq.errors import JobNotRetryable, JobNotScheduled
+from jobq.errors import JobNotRetryable, JobNotScheduled, StepNotRetryable
 from jobq.job import Job
 from jobq.jobs.ledger import check_id, get
 
@@ -80,7 +80,8 @@ def retry(job_id: int, *, actor: str | None = None, conn: Connection | None = No
     :func:`jobq.replay`: the letter records it too); a cancelled job's is a copy (type,
     queue, payload, priority, retries, tags). Once only: raises :class:`AlreadyRetried`
     naming the job it was retried as (also when its letter was replayed), and
-    :class:`JobNotFound`, :class:`JobNotRetryable` (any other status) or
+    :class:`JobNotFound`, :class:`JobNotRetryable` (any other status),
+    :class:`StepNotRetryable` (a workflow's step: see :func:`jobq.retry_workflow`) or
     :class:`JobBusy`. Commits on its own connection; on ``conn``, the caller commits."""
     check_id(job_id)
     actor = actor or audit.library_actor()
@@ -122,7 +123,9 @@ def _refuse_retry(conn: Connection, job_id: int) -> None:
     row = conn.execute(JOB_GET_RETRY_STATE, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFound(job_id)
-    status, retried_as, letter_replayed, replayed_as = row
+    status, retried_as, letter_replayed, replayed_as, workflow_id = row
+    if workflow_id is not None and status in ("dead", "cancelled"):
+        raise StepNotRetryable(job_id, workflow_id)
     if retried_as is not None:
         raise AlreadyRetried(job_id, retried_as)
     if letter_replayed:

@@ -1,5 +1,5 @@
-"""Retention: finished jobs (done, dead, cancelled) older than JOBQ_RETENTION go, and
-dead letters older than JOBQ_DEAD_LETTER_RETENTION.
+"""Retention: finished jobs (done, dead, cancelled) older than JOBQ_RETENTION go, a
+workflow with its last job, and dead letters older than JOBQ_DEAD_LETTER_RETENTION.
 
 Finished jobs go a partition at a time (:func:`jobq.store.partitions.drop_before`): one
 whose whole range is older than the retention is dropped, so a job is kept for the
@@ -19,6 +19,7 @@ from typing import LiteralString
 from jobq.store.sql.database import DATABASE_NOW
 from jobq.store.sql.dead_letters import DEAD_LETTER_DELETE_DIED_BEFORE
 from jobq.store.sql.partitions import JOB_DELETE_FINISHED_BEFORE
+from jobq.store.sql.workflows import WORKFLOW_DELETE_WITHOUT_JOBS
 from jobq.store import partitions
 from jobq.store.connections import Connection
 
@@ -40,6 +41,10 @@ def prune(conn: Connection, older_than: float, *, batch: int = BATCH, budget: fl
         partitions.analyse_if_due(conn)
     params = {"older_than": older_than, "below": partitions.oldest_start(conn)}
     deleted = _in_batches(conn, JOB_DELETE_FINISHED_BEFORE, params, batch, budget)
+    # A workflow goes with its last job.
+    workflows = _in_batches(conn, WORKFLOW_DELETE_WITHOUT_JOBS, {"older_than": older_than}, batch, budget)
+    if workflows:
+        log.info("retention.pruned_workflows workflows=%s older_than=%ss", workflows, f"{older_than:g}")
     if dropped or deleted:
         log.info("retention.pruned jobs=%s dropped=%s deleted=%s older_than=%ss",
                  dropped + deleted, dropped, deleted, f"{older_than:g}")

@@ -4,6 +4,7 @@ conftest.py): counting stored jobs, and the error-shape check."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import psycopg
@@ -28,3 +29,10 @@ def assert_error(response: Any, status: int) -> Any:
     else:
         assert isinstance(detail, str) and detail and "Traceback" not in detail
     return detail
+
+
+def csrf_of(html: bytes) -> str:
+    """The dashboard's CSRF token on a page (its forms' hidden field)."""
+    found = re.search(rb'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1).decode()

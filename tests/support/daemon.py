@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -107,6 +108,18 @@ def worker_pids_of_session(sid: int) -> list[int]:
 
 def worker_pids(conn: psycopg.Connection) -> list[int]:
     return [pid for (pid,) in conn.execute("SELECT pid FROM workers ORDER BY started_at")]
+
+
+def kill_a_worker(conn: psycopg.Connection) -> bool:
+    """SIGKILL one worker process of those registered, chosen at random; whether one was."""
+    pids = worker_pids(conn)
+    if not pids:
+        return False
+    try:
+        os.kill(random.choice(pids), signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def alive(pid: int) -> bool:

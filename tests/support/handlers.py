@@ -185,3 +185,78 @@ def snooze_twice(job: jobq.Job) -> dict:
 @jobq.register("snooze_forever")
 def snooze_forever(job: jobq.Job) -> None:
     raise jobq.Snooze(0)
+
+
+# Workflow steps (tests/test_workflows.py): each writes the ledger, then returns what it
+# read of its parents, so a test sees what flowed down.
+@jobq.register("wf_step")
+def wf_step(job: jobq.Job) -> dict:
+    _ledger(job)
+    return {"value": job.payload.get("value"), "parents": job.parent_results, "failures": job.parent_failures}
+
+
+@jobq.register("wf_fail")
+def wf_fail(job: jobq.Job) -> None:
+    _ledger(job)
+    raise RuntimeError(f"step {job.id} fails on purpose")
+
+
+@jobq.register("wf_flaky")
+def wf_flaky(job: jobq.Job) -> dict:
+    """Fails its first attempt, succeeds on the next (good_job's retried-then-successful parent)."""
+    _ledger(job)
+    if job.attempt == 0:
+        raise RuntimeError("first attempt fails")
+    return {"value": job.payload.get("value"), "attempt": job.attempt}
+
+
+@jobq.register("wf_sum")
+def wf_sum(job: jobq.Job) -> dict:
+    _ledger(job)
+    return {"value": sum(r["value"] for r in (job.parent_results or {}).values()), "parents": len(job.parent_results or {})}
+
+
+@jobq.register("wf_spawner")
+def wf_spawner(job: jobq.Job) -> dict:
+    """Spawns payload.n wf_step jobs (values 100, 101, ...); fails its first attempt after
+    spawning when payload.fail_first (what it spawned then must never be written)."""
+    names = [jobq.spawn("wf_step", {"value": 100 + i}) for i in range(job.payload.get("n", 2))]
+    _ledger(job)
+    if job.payload.get("fail_first") and job.attempt == 0:
+        raise RuntimeError("fails after spawning")
+    return {"value": 0, "spawned": names}
+
+
+# The workflows' chaos test (tests/test_chaos_workflows.py): a ledger of each run's job,
+# attempt and process, in a table of its own.
+WF_LEDGER_CREATE = (
+    "CREATE TABLE IF NOT EXISTS wf_ledger (job_id bigint NOT NULL, attempt integer NOT NULL, pid integer NOT NULL, "
+    "at timestamptz NOT NULL DEFAULT clock_timestamp())"
+)
+_wf_conn: psycopg.Connection | None = None
+
+
+def _wf_ledger(job: jobq.Job) -> None:
+    global _wf_conn
+    if _wf_conn is None or _wf_conn.closed or _wf_conn.broken:
+        _wf_conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger")
+    _wf_conn.execute("INSERT INTO wf_ledger (job_id, attempt, pid) VALUES (%s, %s, %s)", (job.id, job.attempt, os.getpid()))
+
+
+@jobq.register("wf_chaos_parent")
+def wf_chaos_parent(job: jobq.Job) -> dict:
+    time.sleep(0.002)
+    _wf_ledger(job)
+    return {"value": job.payload["i"]}
+
+
+@jobq.register("wf_chaos_callback")
+def wf_chaos_callback(job: jobq.Job) -> dict:
+    jobq.spawn("wf_chaos_leaf")
+    _wf_ledger(job)
+    return {"parents": len(job.parent_results or {}), "sum": sum(r["value"] for r in (job.parent_results or {}).values())}
+
+
+@jobq.register("wf_chaos_leaf")
+def wf_chaos_leaf(job: jobq.Job) -> None:
+    _wf_ledger(job)

@@ -18,10 +18,10 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 # Every status of the seed's HTTP contract (GET /jobs?status=, queue_depth by status):
-# "failed" too, which no jobq process writes.
-STATUSES = ("pending", "claimed", "running", "done", "failed", "dead", "cancelled")
-# The statuses jobq writes on a job.
-WRITTEN = tuple(status for status in STATUSES if status != "failed")
+# "failed" too, which no jobq process writes, and "waiting" (a workflow's step, schema 15).
+STATUSES = ("pending", "claimed", "running", "done", "failed", "dead", "cancelled", "waiting")
+# The statuses jobq writes on a job outside a workflow.
+WRITTEN = ("pending", "claimed", "running", "done", "dead", "cancelled")
 
 # What a column left out holds, by the row's status.
 BY_STATUS = {

@@ -12,6 +12,7 @@ import jobq
 from jobq.job import Job
 from jobq.jobs import dead_letters
 from jobq.jobs.timeline import timeline
+from jobq.workflows.runs import step_of_job
 from web.dashboard import common, security
 from web.dashboard.format import worker_place
 from web.dashboard.blueprints import actions, pages
@@ -20,11 +21,11 @@ from web.dashboard.blueprints import actions, pages
 def valid_actions(job: Job, now: datetime) -> list[tuple[str, str]]:
     """(route action, label) of the actions its status allows."""
     found = []
-    if job.status in ("pending", "claimed", "running"):
+    if job.status in ("pending", "claimed", "running", "waiting"):
         found.append(("cancel", "Cancel"))
     if job.status == "pending" and job.run_at > now:
         found.append(("run-now", "Run now"))
-    if job.status in ("dead", "cancelled") and job.retried_as is None:
+    if job.status in ("dead", "cancelled") and job.retried_as is None and job.workflow_id is None:
         found.append(("retry", "Retry"))
     if job.status == "pending":
         found.append(("delete", "Delete"))
@@ -36,17 +37,18 @@ def job(job_id: int) -> str:
     with common.database() as conn:
         found = jobq.get(job_id, conn=conn)
         letter = dead_letters.group_of_job(job_id, conn=conn) if found.status == "dead" else None
+        step = step_of_job(job_id, conn=conn) if found.workflow_id is not None else None
     now = datetime.now(timezone.utc)
     place = worker_place(found.worker_id) if found.worker_id else None
     return common.page(
-        "job.html", f"Job {job_id}", job=found, timeline=timeline(found, now, place=place),
+        "job.html", f"Job {job_id}", job=found, timeline=timeline(found, now, place=place), step=step,
         actions=valid_actions(found, now), letter=letter,
         fields=_fields(found),
     )
 
 
 def _fields(job: Job) -> list[tuple[str, Any]]:
-    skip = {"payload", "result", "errors", "error", "progress"}
+    skip = {"payload", "result", "errors", "error", "progress", "parent_results", "parent_failures"}
     return [(name, getattr(job, name)) for name in Job.__dataclass_fields__ if name not in skip]
 
 

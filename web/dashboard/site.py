@@ -10,6 +10,7 @@ from jobq.errors import JobqError
 from jobq.settings import Settings
 from web.dashboard import common, format, security
 from web.dashboard import audit, dead_letter, job, jobs, operation, overview, queues, schedules, workers  # noqa: F401  (routes)
+from web.dashboard import workflows  # noqa: F401  (routes)
 from web.dashboard.blueprints import actions, pages
 from web.errors import STATUSES
 

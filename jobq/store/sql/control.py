@@ -10,7 +10,7 @@ operations of :mod:`jobq.jobs.operations` call). A handler's own cancel is
 
 from __future__ import annotations
 
-from jobq.store.sql.fragments import LIVE
+from jobq.store.sql.fragments import LIVE, UNFINISHED
 
 # JOB_DELETE_IF_PENDING: delete (jobq.delete, DELETE /jobs/{id}); guarded by status so a
 # claimed job is never deleted under its worker (the row lock makes a concurrent claim
@@ -20,7 +20,7 @@ JOB_DELETE_IF_PENDING = "DELETE FROM jobs WHERE id = %(id)s AND status = 'pendin
 # JOB_GET_STATUS: why a delete or a cancel changed nothing (absent, or in which status).
 JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
 
-# JOB_CANCEL_IF_UNFINISHED: pending|claimed|running -> cancelled for some ids, with
+# JOB_CANCEL_IF_UNFINISHED: pending|claimed|running|waiting -> cancelled for some ids, with
 # completed_at, who, and a new lease (a late outcome of the old run is a stale write).
 # Rows are locked in id order (primary key) and their status rechecked on the latest
 # version, so a cancel racing an outcome leaves exactly one of them. An in-flight job's
@@ -29,9 +29,9 @@ JOB_GET_STATUS = "SELECT status FROM jobs WHERE id = %(id)s"
 # id with its status before.
 JOB_CANCEL_IF_UNFINISHED = (
     "WITH target AS (SELECT id, status FROM jobs WHERE id = ANY(%(ids)b::bigint[]) "
-    "AND status IN ('pending', 'claimed', 'running') ORDER BY id FOR UPDATE), "
+    "AND status IN " + UNFINISHED + " ORDER BY id FOR UPDATE), "
     "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s, "
-    "lease = nextval('jobs_lease_seq') FROM target WHERE j.id = target.id AND j." + LIVE + " "
+    "lease = nextval('jobs_lease_seq') FROM target WHERE j.id = target.id AND j.status IN " + UNFINISHED + " "
     "RETURNING j.id, target.status AS was) "
     "SELECT id, was, CASE WHEN was <> 'pending' THEN pg_notify('jobq_control', 'cancel ' || id) END FROM cancelled"
 )
@@ -55,11 +55,13 @@ JOB_RUN_NOW_IF_SCHEDULED = (
 # original (retried_as) are linked in the same statement. Locks: the jobs in id order
 # (primary key), then their letters (dead_letter_jobs_original_id_key), both SKIP
 # LOCKED: a job or letter another session holds (a single replay in flight) is left
-# alone and not retried, never waited for. Guards: status, retried_as IS NULL, and a
-# letter not replayed. Returns (original id, new id).
+# alone and not retried, never waited for. Guards: status, retried_as IS NULL, not a
+# workflow's step (jobq.retry_workflow retries those, edges and all), and a letter not
+# replayed. Returns (original id, new id).
 JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY = (
     "WITH j AS MATERIALIZED (SELECT id, type, queue, payload, priority, max_retries, tags FROM jobs "
     "WHERE id = ANY(%(ids)b::bigint[]) AND status IN ('dead', 'cancelled') AND retried_as IS NULL "
+    "AND workflow_id IS NULL "
     "ORDER BY id FOR UPDATE SKIP LOCKED), "
     "d AS MATERIALIZED (SELECT id, original_id, type, queue, payload, priority, max_retries FROM dead_letter_jobs "
     "WHERE original_id IN (SELECT id FROM j) AND replayed_at IS NULL ORDER BY id FOR UPDATE SKIP LOCKED), "
@@ -78,8 +80,8 @@ JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY = (
 )
 
 # JOB_GET_RETRY_STATE: why a retry changed nothing: the job's status, the job it was
-# retried as, and its dead letter's replay (jobs_pkey, dead_letter_jobs_original_id_key).
+# retried as, its dead letter's replay, and its workflow (jobs_pkey, dead_letter_jobs_original_id_key).
 JOB_GET_RETRY_STATE = (
-    "SELECT j.status, j.retried_as, d.id IS NOT NULL AND d.replayed_at IS NOT NULL, d.replayed_as "
+    "SELECT j.status, j.retried_as, d.id IS NOT NULL AND d.replayed_at IS NOT NULL, d.replayed_as, j.workflow_id "
     "FROM jobs AS j LEFT JOIN dead_letter_jobs AS d ON d.original_id = j.id WHERE j.id = %(id)s"
 )

@@ -19,7 +19,7 @@ JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
     "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes, "
-    "unique_while"
+    "unique_while, workflow_id, parent_results, parent_failures"
 )
 DEAD_LETTER_COLUMNS = (
     "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "
@@ -29,6 +29,9 @@ DEAD_LETTER_COLUMNS = (
 # LIVE: the status test that makes the planner read jobs_live only (partition pruning);
 # every statement that reads or writes jobs that are pending or in flight carries it.
 LIVE = "status IN ('pending', 'claimed', 'running')"
+# UNFINISHED: the statuses of jobs not finished, the live ones and a workflow's steps
+# that wait for their parents (jobs_waiting, migration 0015): what a cancel may end.
+UNFINISHED = "('pending', 'claimed', 'running', 'waiting')"
 
 # The inserts of jobs that may carry keys: a row whose key is held for ever by another
 # job (job_idempotency_keys) is left out, and ON CONFLICT DO NOTHING leaves out one

@@ -1,0 +1,175 @@
+"""Workflows: their submission (the workflow, its steps' jobs, the steps and the edges, in
+one statement), the reads of a run, the list, and the operator's cancel and retry of a
+whole workflow; and a waiter's registration of interest in a job's end.
+
+The release of a step is not here: it is the database's, in the row trigger of
+migration 0015 (``jobs_left_unfinished`` -> ``jobq_workflow_settle`` ->
+``jobq_workflow_release``), fired by whatever statement moves a parent out of the
+unfinished partitions, inside that statement's transaction.
+
+Run by :mod:`jobq.workflows` (submission, runs, operations, waiting).
+"""
+
+from __future__ import annotations
+
+from jobq.store.sql.fragments import JOB_COLUMNS, UNFINISHED
+
+# WORKFLOW_INSERT: a workflow with all its steps. The workflow row first (a held
+# idempotency_key, UNIQUE, inserts nothing, and then nothing else is: the caller reads
+# the run that holds it); each step's job id from the jobs sequence, so that the jobs,
+# the steps and the edges are linked in the same statement; jobs with parents are
+# 'waiting' (jobs_waiting), the others 'pending' (the insert trigger wakes their
+# queues). Edges reference steps by name (the foreign keys are checked at the end of
+# the statement, when the steps are in). Returns each step's name with its job.
+WORKFLOW_INSERT = (
+    "WITH wf AS (INSERT INTO jobq_workflows (name, idempotency_key) VALUES (%(name)s, %(key)s) "
+    "ON CONFLICT (idempotency_key) DO NOTHING RETURNING id), "
+    "s AS MATERIALIZED (SELECT wf.id AS workflow_id, nextval(pg_get_serial_sequence('jobs', 'id')) AS job_id, s.* "
+    "FROM wf, unnest(%(names)b::text[], %(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
+    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], %(tags)b::text[], "
+    "%(parents_left)b::int[], %(on_parent_failure)b::text[]) "
+    "AS s(name, type, queue, payload, priority, max_retries, run_at, tags, parents_left, on_parent_failure)), "
+    "steps AS (INSERT INTO jobq_workflow_steps (workflow_id, name, job_id, on_parent_failure, parents_left) "
+    "SELECT workflow_id, name, job_id, on_parent_failure, parents_left FROM s), "
+    "edges AS (INSERT INTO jobq_workflow_edges (workflow_id, parent, child) "
+    "SELECT wf.id, e.parent, e.child FROM wf, unnest(%(parents)b::text[], %(children)b::text[]) AS e(parent, child)), "
+    "inserted AS (INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, status, workflow_id) "
+    "SELECT job_id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[], "
+    "CASE WHEN parents_left > 0 THEN 'waiting' ELSE 'pending' END, workflow_id FROM s ORDER BY job_id "
+    "RETURNING " + JOB_COLUMNS + ") "
+    "SELECT s.name, inserted.* FROM inserted JOIN s ON s.job_id = inserted.id"
+)
+
+# WORKFLOW_GET_BY_KEY: the workflow holding an idempotency key (its UNIQUE index).
+WORKFLOW_GET_BY_KEY = "SELECT id FROM jobq_workflows WHERE idempotency_key = %(key)s"
+
+# WORKFLOW_GET: one workflow (primary key).
+WORKFLOW_GET = "SELECT id, name, idempotency_key, created_at FROM jobq_workflows WHERE id = %(id)s"
+
+# WORKFLOW_GET_STEPS: a workflow's steps in name order (its primary key), each with its
+# current job (NULL where retention took it). A job is found by id alone: one probe per
+# partition's id index.
+WORKFLOW_GET_STEPS = (
+    "SELECT s.name, s.on_parent_failure, s.parents_left, s.spawned_by, j.* FROM jobq_workflow_steps AS s "
+    "LEFT JOIN LATERAL (SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = s.job_id) AS j ON true "
+    "WHERE s.workflow_id = %(id)s ORDER BY s.name"
+)
+
+# WORKFLOW_GET_EDGES: a workflow's edges (parent, child, outcome once settled), by its
+# primary key.
+WORKFLOW_GET_EDGES = (
+    "SELECT parent, child, outcome FROM jobq_workflow_edges WHERE workflow_id = %(id)s ORDER BY parent, child"
+)
+
+# WORKFLOW_GET_STEP_OF_JOB: the step a job is (jobq_workflow_steps_job_idx), with its
+# parents' names, jobs and statuses (the edges' child index, then the parents' steps).
+WORKFLOW_GET_STEP_OF_JOB = (
+    "SELECT s.workflow_id, s.name, p.name, p.job_id, (SELECT status FROM jobs WHERE id = p.job_id) "
+    "FROM jobq_workflow_steps AS s LEFT JOIN jobq_workflow_edges AS e ON e.workflow_id = s.workflow_id "
+    "AND e.child = s.name LEFT JOIN jobq_workflow_steps AS p ON p.workflow_id = e.workflow_id AND p.name = e.parent "
+    "WHERE s.job_id = %(id)s ORDER BY p.name"
+)
+
+# The status of a workflow from its steps' jobs: running while any is unfinished; then
+# done if all are, dead if any is, else cancelled. A job gone (retention) counts as done.
+_STATUS = (
+    "CASE WHEN count(*) FILTER (WHERE j.status IN " + UNFINISHED + ") > 0 THEN 'running' "
+    "WHEN count(*) FILTER (WHERE j.status = 'dead') > 0 THEN 'dead' "
+    "WHEN count(*) FILTER (WHERE j.status = 'cancelled') > 0 THEN 'cancelled' ELSE 'done' END"
+)
+
+# WORKFLOW_LIST: workflows newest first, below a keyset cursor (id), optionally of one
+# status; each with its step count and status (its steps' jobs read per workflow: a
+# page costs its workflows' steps).
+WORKFLOW_LIST = (
+    "SELECT * FROM (SELECT w.id, w.name, w.created_at, count(s.name) AS steps, " + _STATUS + " AS status, "
+    "count(*) FILTER (WHERE j.status = 'done') AS done "
+    "FROM jobq_workflows AS w JOIN jobq_workflow_steps AS s ON s.workflow_id = w.id "
+    "LEFT JOIN LATERAL (SELECT status FROM jobs WHERE id = s.job_id) AS j ON true "
+    "WHERE w.id < %(before)s AND w.id IN (SELECT id FROM jobq_workflows WHERE id < %(before)s "
+    "ORDER BY id DESC LIMIT %(scan)s) GROUP BY w.id) AS listed "
+    "WHERE %(status)s::text IS NULL OR status = %(status)s ORDER BY id DESC LIMIT %(limit)s"
+)
+
+# WORKFLOW_STATUS: one workflow's status, as WORKFLOW_LIST computes it.
+WORKFLOW_STATUS = (
+    "SELECT " + _STATUS + " FROM jobq_workflow_steps AS s "
+    "LEFT JOIN LATERAL (SELECT status FROM jobs WHERE id = s.job_id) AS j ON true WHERE s.workflow_id = %(id)s"
+)
+
+# WORKFLOW_CANCEL_WAITING: a workflow's waiting steps -> cancelled, first, so that no
+# step is released while its parents are being cancelled (each cancelled step's row
+# leaving jobs_waiting settles its edges). The rows are locked in id order; the status
+# is rechecked on the latest version. Returns the ids changed.
+WORKFLOW_CANCEL_WAITING = (
+    "WITH target AS (SELECT id FROM jobs WHERE status = 'waiting' AND id IN "
+    "(SELECT job_id FROM jobq_workflow_steps WHERE workflow_id = %(id)s) ORDER BY id FOR UPDATE) "
+    "UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s, "
+    "error = 'workflow cancelled' FROM target WHERE j.id = target.id AND j.status = 'waiting' RETURNING j.id"
+)
+
+# WORKFLOW_GET_JOB_IDS: the current jobs of a workflow's steps (its primary key).
+WORKFLOW_GET_JOB_IDS = "SELECT job_id FROM jobq_workflow_steps WHERE workflow_id = %(id)s ORDER BY job_id"
+
+# WORKFLOW_RETRY: new jobs for a workflow's steps whose job ended dead or cancelled
+# (not retried yet), the steps locked first (FOR UPDATE, in name order). Their edges
+# are re-opened where the parent is retried too or the child still waits; each retried
+# step waits for its open edges ('waiting', released below if none), a waiting child
+# outside the retry for the parents it gets back. The old jobs keep their rows and
+# point at the new ones (retried_as). Returns (step, old job, new job).
+WORKFLOW_RETRY = (
+    "WITH r AS MATERIALIZED (SELECT s.name, s.job_id AS old_id, nextval(pg_get_serial_sequence('jobs', 'id')) AS new_id "
+    "FROM jobq_workflow_steps AS s JOIN jobs AS j ON j.id = s.job_id "
+    "WHERE s.workflow_id = %(id)s AND j.status IN ('dead', 'cancelled') AND j.retried_as IS NULL "
+    "ORDER BY s.name FOR UPDATE OF s), "
+    "reopened AS (UPDATE jobq_workflow_edges AS e SET outcome = NULL, result = NULL, error = NULL "
+    "WHERE e.workflow_id = %(id)s AND e.outcome IS NOT NULL AND e.parent IN (SELECT name FROM r) "
+    "AND (e.child IN (SELECT name FROM r) OR EXISTS (SELECT FROM jobq_workflow_steps AS c JOIN jobs AS cj "
+    "ON cj.id = c.job_id WHERE c.workflow_id = e.workflow_id AND c.name = e.child AND cj.status = 'waiting')) "
+    "RETURNING e.parent, e.child), "
+    "created AS (INSERT INTO jobs (id, type, queue, payload, priority, max_retries, tags, status, workflow_id) "
+    "SELECT r.new_id, j.type, j.queue, j.payload, j.priority, j.max_retries, j.tags, 'waiting', j.workflow_id "
+    "FROM r JOIN jobs AS j ON j.id = r.old_id ORDER BY r.new_id), "
+    "originals AS (UPDATE jobs AS o SET retried_as = r.new_id FROM r WHERE o.id = r.old_id) "
+    "SELECT name, old_id, new_id FROM r"
+)
+
+# WORKFLOW_RECOUNT_PARENTS: after a retry (WORKFLOW_RETRY), the steps' count of
+# parents not finished, from their open edges; returns the steps with none left,
+# which the caller releases (jobq_workflow_release).
+WORKFLOW_RECOUNT_PARENTS = (
+    "UPDATE jobq_workflow_steps AS s SET "
+    "job_id = coalesce((SELECT r.new_id FROM unnest(%(names)b::text[], %(new_ids)b::bigint[]) AS r(name, new_id) "
+    "WHERE r.name = s.name), s.job_id), "
+    "parents_left = (SELECT count(*) FROM jobq_workflow_edges AS e WHERE e.workflow_id = s.workflow_id "
+    "AND e.child = s.name AND e.outcome IS NULL) "
+    "WHERE s.workflow_id = %(id)s AND (s.name = ANY(%(names)b::text[]) OR s.name IN (SELECT child FROM "
+    "jobq_workflow_edges WHERE workflow_id = %(id)s AND parent = ANY(%(names)b::text[]))) "
+    "RETURNING s.name, s.parents_left"
+)
+
+# WORKFLOW_RELEASE: release those of some steps that are waiting (jobq_workflow_release).
+WORKFLOW_RELEASE = "SELECT jobq_workflow_release(%(id)s, %(names)b::text[])"
+
+# WORKFLOW_DELETE_WITHOUT_JOBS: retention (jobq.store.retention) of workflows older than
+# the jobs' retention none of whose steps' jobs is left (each step's job looked up by
+# id: one probe per partition's id index); up to {batch} a statement, oldest first
+# (primary key). Their steps and edges go with them (ON DELETE CASCADE).
+WORKFLOW_DELETE_WITHOUT_JOBS = (
+    "DELETE FROM jobq_workflows WHERE id IN (SELECT w.id FROM jobq_workflows AS w "
+    "WHERE w.created_at < now() - make_interval(secs => %(older_than)s) AND NOT EXISTS "
+    "(SELECT FROM jobq_workflow_steps AS s JOIN jobs AS j ON j.id = s.job_id WHERE s.workflow_id = w.id) "
+    "ORDER BY w.id LIMIT %(batch)s)"
+)
+
+# JOB_AWAIT_IF_UNFINISHED: a waiter's interest in some jobs' end: the row trigger
+# jobs_left_unfinished notifies 'jobq_finished' with the id when such a job finishes
+# (or is deleted). Primary-key probes; returns the ids still unfinished.
+JOB_AWAIT_IF_UNFINISHED = (
+    "UPDATE jobs SET awaited = true WHERE id = ANY(%(ids)b::bigint[]) AND status IN " + UNFINISHED + " "
+    "RETURNING id"
+)
+
+# FINISHED_CHANNEL: where the trigger announces the end of an awaited job.
+FINISHED_CHANNEL = "jobq_finished"
+LISTEN_FINISHED = "LISTEN " + FINISHED_CHANNEL
