@@ -18,6 +18,8 @@ import threading
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
+import zlib
+
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -27,6 +29,11 @@ from jobq.errors import ConfigError
 ENV_PREFIX = "JOBQ_"
 
 DEFAULT_ADVISORY_NAMESPACE = 0x6A71  # "jq": the high 16 bits of every jobq advisory lock key
+# JOBQ_SCHEMA: a plain lower-case identifier (no quoting anywhere), short enough that the
+# channels derived from it ('jobq_control.<schema>') fit PostgreSQL's 63-byte names.
+SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]*$"
+MAX_SCHEMA_LENGTH = 48
+DEFAULT_SCHEMA = "public"  # JOBQ_SCHEMA=public is the same install as JOBQ_SCHEMA unset
 DEFAULT_BACKOFF_BASE = 5.0
 DEFAULT_BACKOFF_CAP = 3600.0
 DEFAULT_BACKOFF_JITTER = 0.10
@@ -85,7 +92,7 @@ def _split_names(value: object) -> object:
 
 
 class Settings(BaseModel):
-    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X``."""
+    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X`` (``db_schema``: ``JOBQ_SCHEMA``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -93,6 +100,9 @@ class Settings(BaseModel):
     port: int = Field(DEFAULT_PORT, ge=1, le=65535)
 
     handlers: Names = ()
+    # JOBQ_SCHEMA (`schema` is pydantic's own name): every jobq object in this schema; None: the connection's default, as before (see
+    # schema_namespace for the advisory namespace it implies).
+    db_schema: str | None = Field(None, pattern=SCHEMA_PATTERN, max_length=MAX_SCHEMA_LENGTH)
     advisory_namespace: int = Field(DEFAULT_ADVISORY_NAMESPACE, ge=0, le=0xFFFF)
 
     backoff_base: Seconds = DEFAULT_BACKOFF_BASE
@@ -176,6 +186,8 @@ class Settings(BaseModel):
             if raw is not None and raw.strip() != "":
                 values[field] = raw.strip()
         values.update(overrides)
+        if values.get("db_schema") is not None and "advisory_namespace" not in values:
+            values["advisory_namespace"] = schema_namespace(str(values["db_schema"]))
         try:
             settings = cls.model_validate(values)
         except pydantic.ValidationError as exc:
@@ -201,7 +213,19 @@ class Settings(BaseModel):
         return self.database_url
 
 
-_ALIASED = {"database_url": "DATABASE_URL", "port": "PORT"}
+def schema_namespace(schema: str) -> int:
+    """The advisory namespace of the install in ``schema`` when JOBQ_ADVISORY_NAMESPACE
+    does not say: the default one for ``public`` (an existing install, untouched), else 16
+    bits of a CRC of the name, never the default, so that two installs in one database
+    never share a lock (the migrations', the leader's, a job's). Two schemas whose names
+    meet in those 16 bits (about one pair in 65,536) set JOBQ_ADVISORY_NAMESPACE."""
+    if schema == DEFAULT_SCHEMA:
+        return DEFAULT_ADVISORY_NAMESPACE
+    derived = zlib.crc32(f"jobq schema {schema}".encode()) & 0xFFFF
+    return derived ^ 1 if derived == DEFAULT_ADVISORY_NAMESPACE else derived
+
+
+_ALIASED = {"database_url": "DATABASE_URL", "port": "PORT", "db_schema": "JOBQ_SCHEMA"}
 _SECRETS = frozenset({"database_url", "api_token", "secret_key"})  # never quoted in an error
 
 

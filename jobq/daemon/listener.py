@@ -21,11 +21,13 @@ from psycopg import sql
 from jobq.store import connections
 from jobq.daemon.boards import idle
 from jobq.errors import DatabaseUnavailable
-from jobq.store.sql.database import WAKE_CHANNEL_GET
+from jobq.store.sql.database import CONTROL_CHANNEL_GET, WAKE_CHANNEL_GET
 
 log = logging.getLogger(__name__)
 
-CONTROL_CHANNEL = "jobq_control"  # operators' actions: 'cancel <id>', 'pause <queue>', 'resume <queue>'
+# Operators' actions ('cancel <id>', 'pause <queue>', 'resume <queue>', 'schedules'): the
+# statement that names their channel, as the schema names it ('jobq_control' in public).
+CONTROL_CHANNEL = CONTROL_CHANNEL_GET
 
 
 class Waking(Protocol):
@@ -74,14 +76,15 @@ class Listener:
     thread-safe: one thread owns it."""
 
     def __init__(
-        self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str | None = None
+        self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str = WAKE_CHANNEL_GET
     ) -> None:
-        """``channel``: what to LISTEN on; by default the wake-up channel, as the schema
-        names it (jobq_wake_channel(), asked at each connect)."""
+        """``channel``: the statement that names what to LISTEN on, asked at each connect;
+        by default the wake-up channel, as the schema names it (jobq_wake_channel())."""
         self.url = url
         self.queues = frozenset(queues)
         self.application_name = application_name
-        self.channel = channel
+        self.channel_get = channel
+        self.channel: str | None = None
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
         self._encoding = "utf-8"
@@ -91,8 +94,7 @@ class Listener:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
         try:
             self.conn = connections.connect(self.url, application_name=self.application_name)
-            if self.channel is None:
-                (self.channel,) = self.conn.execute(WAKE_CHANNEL_GET).fetchone()  # type: ignore[misc]
+            (self.channel,) = self.conn.execute(self.channel_get).fetchone()  # type: ignore[misc]
             self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._encoding = self.conn.info.encoding
             # Anything psycopg kept aside while LISTEN ran (wait() reads libpq directly):
