@@ -86,6 +86,8 @@ class Job(_Row):
     scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
     snoozes: int = 0  # times its handler raised jobq.Snooze (no attempt counted for them)
     unique_while: str = "always"  # how long idempotency_key keeps another job out (jobq.spec)
+    # The W3C traceparent of the span that enqueued it (jobq.observe.tracing); not shown by the API.
+    traceparent: str | None = dataclasses.field(default=None, metadata={"private": True})
 
 
 @dataclasses.dataclass(slots=True)

@@ -7,6 +7,7 @@ import traceback
 from dataclasses import dataclass
 
 from jobq.handlers import context
+from jobq.observe import tracing
 from jobq.errors import BadPayload, Cancelled, Snooze, UnknownJobType
 from jobq.handlers.registry import Handler
 from jobq.job import Job
@@ -43,8 +44,14 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     unknown type) or a result that is not storable JSON is a failed run like any other.
     A run whose job was cancelled meanwhile (its view's flag; the handler got
     :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
-    returned.
+    returned. With OpenTelemetry, the run is a consumer span (:mod:`jobq.observe.tracing`).
     """
+    with tracing.processing(job):
+        return _run(job, handler, view)
+
+
+def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResult:
+    """:func:`run`, inside its consumer span."""
     started = time.monotonic()
     cancelled = False
     try:
@@ -72,6 +79,7 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     except Cancelled:
         return RunResult(None, None, time.monotonic() - started, cancelled=True)
     except Exception as exc:
+        tracing.failed(exc)
         if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
             return RunResult(None, None, time.monotonic() - started, cancelled=True)
         # A payload the handler refused, or no handler at all: the message says it all.

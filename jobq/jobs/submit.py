@@ -33,6 +33,8 @@ from jobq.store.sql.enqueue import (
 )
 from jobq.jobs.copy_rows import job_rows
 from jobq.store.connections import Connection, connection, first_line
+from jobq.store.session_settings import TRACEPARENT, setting
+from jobq.observe import tracing
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
 from jobq.spec import (
@@ -49,7 +51,7 @@ from jobq.spec import (
 
 COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
 # Positions in a spec Row that are read by name here.
-RUN_AT, KEY, TAGS, SCOPE = 5, 6, 7, 8
+QUEUE, RUN_AT, KEY, TAGS, SCOPE = 1, 5, 6, 7, 8
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
 # A key's holder can leave its scope (be claimed, finish) between the insert that met it
 # and the read of it: the insert is tried again, this many times at most.
@@ -166,7 +168,9 @@ def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) ->
                 key_scope(row[SCOPE], row[KEY])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{index}].{exc.field}", exc.message) from None
-    with connection(conn) as c:
+    with connection(conn) as c, tracing.producing(rows[0][QUEUE], len(rows)) as traceparent, setting(
+        c, TRACEPARENT, traceparent
+    ):
         if max_pending is not None:
             check_admission(c, max_pending)
         if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
@@ -210,7 +214,9 @@ def submit_reserved(
     for spec in specs:
         spec.key_scope()  # InvalidArgument for a scope without a key
     rows = [spec.row() for spec in specs]
-    with connection(conn) as c:
+    with connection(conn) as c, tracing.producing(rows[0][QUEUE], len(rows)) as traceparent, setting(
+        c, TRACEPARENT, traceparent
+    ):
         if max_pending is not None:
             check_admission(c, max_pending)
         again = ids is not None

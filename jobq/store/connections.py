@@ -30,7 +30,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobq.store.sql.counters import COUNTER_SLOT_TAKE
 from jobq.store.sql.database import DATABASE_PING
 from jobq.store.options import with_search_path, with_statement_timeout
-from jobq.store import search_path
+from jobq.store import session_settings
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
@@ -331,10 +331,11 @@ def connection(conn: Connection | None = None) -> Iterator[Connection]:
     """The caller's connection as is (its transaction, its commit), or one from the
     default pool whose work is committed when the block ends without an error. With
     ``JOBQ_SCHEMA``, the caller's connection has jobq's ``search_path`` for the block
-    (:func:`jobq.store.search_path.jobqs`); the pool's have it from the start."""
+    (:mod:`jobq.store.session_settings`); the pool's have it from the start."""
     if conn is not None:
         theirs = not isinstance(conn, _Connection)  # jobq's own sessions have its search_path already
-        with database_errors(), search_path.jobqs(conn, settings.current().db_schema if theirs else None):
+        schema = settings.current().db_schema if theirs else None
+        with database_errors(), session_settings.setting(conn, session_settings.SEARCH_PATH, schema):
             yield conn
         return
     with default_pool().connection() as pooled:

@@ -25,6 +25,7 @@ from jobq.daemon.worker.flight import Flight, InFlight, Outcome, Taken
 from jobq.daemon.worker.session import ClaimSession
 from jobq.handlers.execution import RunResult
 from jobq.handlers.registry import Handler
+from jobq.observe import tracing
 from jobq.settings import Settings
 from jobq.store.connections import Connection
 
@@ -132,7 +133,8 @@ class OutcomeWriter:
                 return answer
 
             try:
-                answer = session.run(send)
+                with tracing.span("jobq outcomes", **{"jobq.outcomes": len(written.done) + len(written.failed)}):
+                    answer = session.run(send)
             except BaseException:
                 if taken is not None:
                     self.in_flight.returned(taken)

@@ -23,9 +23,11 @@
 -- any later file (a function a later migration creates gets it too).
 --
 -- The trace context: traceparent holds the W3C traceparent of the span that enqueued the
--- job (with the `otel` extra and a tracer provider configured); NULL otherwise, which
--- costs an insert nothing. The worker's consumer span is its child.
-ALTER TABLE jobs ADD COLUMN traceparent text;
+-- job (with the `otel` extra and a tracer provider configured), from the session's
+-- setting jobq.traceparent, which jobq sets around its inserts under a span: every way of
+-- inserting (INSERT, arrays, COPY, a schedule's) records it without naming the column.
+-- NULL otherwise. The worker's consumer span is its child.
+ALTER TABLE jobs ADD COLUMN traceparent text DEFAULT nullif(current_setting('jobq.traceparent', true), '');
 
 DO $$
 DECLARE

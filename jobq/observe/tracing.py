@@ -1,0 +1,145 @@
+"""OpenTelemetry across the queue: the trace of the code that enqueued a job goes on
+into the worker that runs it (the ``otel`` extra: ``pip install 'jobq[otel]'``).
+
+- :func:`producing`: a PRODUCER span around an enqueue (``send <queue>``); its W3C
+  ``traceparent`` is what the inserts record on each job (``jobs.traceparent``,
+  migration 0018, through the session setting ``jobq.traceparent``).
+- :func:`processing`: a CONSUMER span per attempt (``process <queue>``), a child of the
+  job's traceparent, with OpenTelemetry's messaging attributes (``messaging.system`` =
+  ``jobq``, the destination its queue, operation ``process``, the job's id as the
+  message id; the attempt, type and lease as ``jobq.*``); a retry's span also links to
+  the span that enqueued it (:func:`processing` says why not to its first attempt); an
+  exception the handler raised is recorded on it with an error status.
+- :func:`span`: an INTERNAL span around one of jobq's own steps (a claim, an outcome
+  write), a child of whatever span is current.
+
+Off, and free, where the ``opentelemetry`` package is not installed: nothing of it is
+imported and every function here returns at once. Installed without a tracer provider
+configured (``trace.set_tracer_provider``), each call costs one lookup and starts no
+span. Worker processes are forked from the supervisor: configure the provider in a
+handler module (JOBQ_HANDLERS, imported before the fork); the SDK's BatchSpanProcessor
+starts its export thread again in each child, and :func:`flush` (called by a child
+before it exits) exports what it holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from jobq.job import Job
+
+SYSTEM = "jobq"
+TRACER = "jobq"
+AVAILABLE = importlib.util.find_spec("opentelemetry") is not None  # without importing it
+
+_api: Any = None  # opentelemetry.trace, imported at the first call that needs it
+_propagate: Any = None  # opentelemetry.trace.propagation.tracecontext's propagator
+
+
+def _tracer() -> Any:
+    """jobq's tracer, or None where no span is to be made (no package, no provider)."""
+    global _api, _propagate
+    if not AVAILABLE:
+        return None
+    if _api is None:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        _api, _propagate = trace, TraceContextTextMapPropagator()
+    provider = _api.get_tracer_provider()
+    if isinstance(provider, (_api.ProxyTracerProvider, _api.NoOpTracerProvider)):
+        return None
+    return provider.get_tracer(TRACER)
+
+
+@contextlib.contextmanager
+def producing(queue: str, jobs: int) -> Iterator[str | None]:
+    """A PRODUCER span for an enqueue of ``jobs`` jobs to ``queue`` (a batch of several
+    queues names the first); yields its traceparent for the rows, or None (no span)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": queue,
+    }
+    if jobs > 1:
+        attributes["messaging.batch.message_count"] = jobs
+    with tracer.start_as_current_span(f"send {queue}", kind=_api.SpanKind.PRODUCER, attributes=attributes):
+        carrier: dict[str, str] = {}
+        _propagate.inject(carrier)
+        yield carrier.get("traceparent")
+
+
+@contextlib.contextmanager
+def processing(job: Job) -> Iterator[None]:
+    """A CONSUMER span for this attempt of ``job``, a child of its traceparent; an
+    exception that leaves the block is recorded on it (error status) and raised on.
+
+    Every attempt is a child of the producer span; a retry (attempt > 0) also links to
+    it. A link to the first attempt's own span would need that span's id kept on the
+    row (written with the first outcome): not recorded today.
+    """
+    tracer = _tracer()
+    if tracer is None:
+        yield
+        return
+    parent = _propagate.extract({"traceparent": job.traceparent}) if job.traceparent else None
+    links = []
+    if job.attempt > 0 and parent is not None:
+        producer = _api.get_current_span(parent).get_span_context()
+        links.append(_api.Link(producer, {"jobq.link": "enqueued"}))
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": job.queue,
+        "messaging.message.id": str(job.id),
+        "jobq.job.type": job.type,
+        "jobq.job.attempt": job.attempt,
+    }
+    with tracer.start_as_current_span(
+        f"process {job.queue}", context=parent, kind=_api.SpanKind.CONSUMER, attributes=attributes, links=links
+    ):
+        yield
+
+
+def failed(exc: BaseException) -> None:
+    """Record a handler's exception on the current span (the consumer span of
+    :func:`processing`), with an error status. Nothing without a span."""
+    if _api is None:
+        return
+    current = _api.get_current_span()
+    if current.is_recording():
+        current.record_exception(exc)
+        current.set_status(_api.Status(_api.StatusCode.ERROR, type(exc).__name__))
+
+
+@contextlib.contextmanager
+def span(name: str, **attributes: Any) -> Iterator[None]:
+    """An INTERNAL span ``name`` (``jobq claim``, ``jobq outcomes``) around the block."""
+    tracer = _tracer()
+    if tracer is None:
+        yield
+        return
+    with tracer.start_as_current_span(name, attributes={"messaging.system": SYSTEM, **attributes}):
+        yield
+
+
+def flush(timeout_millis: int = 5000) -> None:
+    """Export what the provider holds (a forked child calls it before ``os._exit``, which
+    runs no exit handler). Nothing without a provider."""
+    trace = sys.modules.get("opentelemetry.trace")  # imported by the application, or by jobq
+    if trace is None:
+        return
+    provider = trace.get_tracer_provider()
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is not None:
+        force_flush(timeout_millis)
