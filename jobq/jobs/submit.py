@@ -11,10 +11,12 @@ connection is lost while the insert is in flight can learn what was stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
 
 import psycopg
 from psycopg.rows import class_row
@@ -110,10 +112,19 @@ def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | 
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
     params = _row_params(spec.row())
-    with connection(conn) as c:
+    with _sending(conn, spec.queue, 1) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
         return _insert_one(c, params)
+
+
+@contextlib.contextmanager
+def _sending(conn: Connection | None, queue: str, jobs: int) -> Iterator[Connection]:
+    """:func:`connection`, inside an OpenTelemetry producer span (:mod:`jobq.observe.tracing`)
+    whose traceparent the inserts of the block record on each job (the session's
+    ``jobq.traceparent``, the default of ``jobs.traceparent``); without a span, nothing more."""
+    with connection(conn) as c, tracing.producing(queue, jobs) as traceparent, setting(c, TRACEPARENT, traceparent):
+        yield c
 
 
 def _insert_one(conn: Connection, params: dict[str, Any]) -> Enqueued:
@@ -168,9 +179,7 @@ def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) ->
                 key_scope(row[SCOPE], row[KEY])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{index}].{exc.field}", exc.message) from None
-    with connection(conn) as c, tracing.producing(rows[0][QUEUE], len(rows)) as traceparent, setting(
-        c, TRACEPARENT, traceparent
-    ):
+    with _sending(conn, rows[0][QUEUE], len(rows)) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
         if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
@@ -214,9 +223,7 @@ def submit_reserved(
     for spec in specs:
         spec.key_scope()  # InvalidArgument for a scope without a key
     rows = [spec.row() for spec in specs]
-    with connection(conn) as c, tracing.producing(rows[0][QUEUE], len(rows)) as traceparent, setting(
-        c, TRACEPARENT, traceparent
-    ):
+    with _sending(conn, rows[0][QUEUE], len(rows)) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
         again = ids is not None

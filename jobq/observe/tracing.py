@@ -34,7 +34,17 @@ from jobq.job import Job
 
 SYSTEM = "jobq"
 TRACER = "jobq"
-AVAILABLE = importlib.util.find_spec("opentelemetry") is not None  # without importing it
+
+
+def _installed() -> bool:
+    """Whether the opentelemetry package can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec("opentelemetry") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken stub in sys.modules
+        return False
+
+
+AVAILABLE = _installed()
 
 _api: Any = None  # opentelemetry.trace, imported at the first call that needs it
 _propagate: Any = None  # opentelemetry.trace.propagation.tracecontext's propagator
