@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from jobq.handlers import context
@@ -14,6 +16,8 @@ from jobq.job import Job
 from jobq.spec import storable_json
 
 MAX_ERROR_LENGTH = 16_000  # characters of traceback kept in the row: the end, where the cause is
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,20 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.error is None and self.snooze is None
+
+
+# Called with each failed run's job, handler, exception and result, in the worker, right
+# after the handler raised (jobq.contrib.sentry registers one). A hook that raises is
+# logged and skipped: it never changes the run's outcome.
+FailureHook = Callable[[Job, "Handler | None", Exception, "RunResult"], None]
+_failure_hooks: list[FailureHook] = []
+
+
+def on_failure(hook: FailureHook) -> None:
+    """Call ``hook`` for every failed run from now on (in this process and the workers it
+    forks); a hook already registered is not added twice."""
+    if hook not in _failure_hooks:
+        _failure_hooks.append(hook)
 
 
 def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> RunResult:
@@ -87,7 +105,17 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
         not_retried = handler.not_retried(exc) if handler is not None else None
         if not_retried is not None:
             error = f"not retried: {not_retried}\n{error}"
-        return RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+        failed = RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+        _tell_hooks(job, handler, exc, failed)
+        return failed
+
+
+def _tell_hooks(job: Job, handler: Handler | None, exc: Exception, result: RunResult) -> None:
+    for hook in _failure_hooks:
+        try:
+            hook(job, handler, exc, result)
+        except Exception:
+            log.exception("job.failure_hook_failed id=%s type=%s hook=%s", job.id, job.type, getattr(hook, "__name__", hook))
 
 
 def _clip(text: str) -> str:
