@@ -59,7 +59,10 @@ def test_a_trace_crosses_the_queue_into_each_attempt_of_a_real_worker(conn, daem
                "messaging.destination.name": "default", "messaging.message.id": str(job_id)}
     assert [(s["status"], s["events"]) for s in consumers] == [
         ("ERROR", ["exception"]), ("ERROR", ["exception"]), ("UNSET", [])]
-    assert [s["links"] for s in consumers] == [[], [producer["span_id"]], [producer["span_id"]]]
+    first = consumers[0]["span_id"]
+    assert [s["links"] for s in consumers] == [[], [first], [first]]  # each retry to the first attempt
+    errors = scalar(conn, "SELECT errors FROM jobs WHERE id = %s", job_id)
+    assert [entry["span"].split("-")[2] for entry in errors] == [s["span_id"] for s in consumers[:2]]
     assert any(s["name"] == "jobq claim" and s["pid"] == consumers[0]["pid"] for s in recorded)
     assert any(s["name"] == "jobq outcomes" for s in recorded)
 

@@ -6,7 +6,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jobq.handlers import context
 from jobq.observe import tracing
@@ -32,6 +32,7 @@ class RunResult:
     cancelled: bool = False  # the job was cancelled while it ran: nothing is to be written
     not_retried: str | None = None  # why the handler's retry policy sends it to the dead letters now
     snooze: float | None = None  # the handler raised jobq.Snooze: pending again after these seconds
+    span: str | None = None  # the traceparent of the run's OpenTelemetry span, when traced
 
     @property
     def ok(self) -> bool:
@@ -64,8 +65,9 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
     returned. With OpenTelemetry, the run is a consumer span (:mod:`jobq.observe.tracing`).
     """
-    with tracing.processing(job):
-        return _run(job, handler, view)
+    with tracing.processing(job) as span:
+        result = _run(job, handler, view)
+    return result if span is None else replace(result, span=span)
 
 
 def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResult:

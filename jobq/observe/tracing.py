@@ -7,9 +7,9 @@ into the worker that runs it (the ``otel`` extra: ``pip install 'jobq[otel]'``).
 - :func:`processing`: a CONSUMER span per attempt (``process <queue>``), a child of the
   job's traceparent, with OpenTelemetry's messaging attributes (``messaging.system`` =
   ``jobq``, the destination its queue, operation ``process``, the job's id as the
-  message id; the attempt, type and lease as ``jobq.*``); a retry's span also links to
-  the span that enqueued it (:func:`processing` says why not to its first attempt); an
-  exception the handler raised is recorded on it with an error status.
+  message id; the attempt and type as ``jobq.job.*``); a retry's span also links to its
+  first attempt's span (kept in that run's errors entry); an exception the handler
+  raised is recorded on it with an error status.
 - :func:`span`: an INTERNAL span around one of jobq's own steps (a claim, an outcome
   write), a child of whatever span is current.
 
@@ -89,23 +89,21 @@ def producing(queue: str, jobs: int) -> Iterator[str | None]:
 
 
 @contextlib.contextmanager
-def processing(job: Job) -> Iterator[None]:
-    """A CONSUMER span for this attempt of ``job``, a child of its traceparent; an
-    exception that leaves the block is recorded on it (error status) and raised on.
-
-    Every attempt is a child of the producer span; a retry (attempt > 0) also links to
-    it. A link to the first attempt's own span would need that span's id kept on the
-    row (written with the first outcome): not recorded today.
+def processing(job: Job) -> Iterator[str | None]:
+    """A CONSUMER span for this attempt of ``job``, a child of its traceparent; yields
+    the span's own traceparent (None: no span), which a failed run keeps in its errors
+    entry (``span``), so that a retry's span (attempt > 0) links to the first attempt's.
     """
     tracer = _tracer()
     if tracer is None:
-        yield
+        yield None
         return
     parent = _propagate.extract({"traceparent": job.traceparent}) if job.traceparent else None
+    first = next((entry.get("span") for entry in job.errors or () if entry.get("attempt") == 0), None)
     links = []
-    if job.attempt > 0 and parent is not None:
-        producer = _api.get_current_span(parent).get_span_context()
-        links.append(_api.Link(producer, {"jobq.link": "enqueued"}))
+    if job.attempt > 0 and first:
+        first_attempt = _api.get_current_span(_propagate.extract({"traceparent": first})).get_span_context()
+        links.append(_api.Link(first_attempt, {"jobq.link": "first attempt"}))
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "process",
@@ -118,7 +116,9 @@ def processing(job: Job) -> Iterator[None]:
     with tracer.start_as_current_span(
         f"process {job.queue}", context=parent, kind=_api.SpanKind.CONSUMER, attributes=attributes, links=links
     ):
-        yield
+        carrier: dict[str, str] = {}
+        _propagate.inject(carrier)
+        yield carrier.get("traceparent")
 
 
 def failed(exc: BaseException) -> None:

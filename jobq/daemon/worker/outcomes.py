@@ -234,5 +234,6 @@ class OutcomeWriter:
             [o.delay for o in outcomes],  # type: ignore[union-attr]
             [o.result.seconds for o in outcomes],  # type: ignore[union-attr]
             max_retries=[o.max_retries for o in outcomes],  # type: ignore[union-attr]
+            spans=[o.result.span for o in outcomes],  # type: ignore[union-attr]
             lock_base=self.lock_base,
         )
