@@ -80,6 +80,25 @@ def test_a_bulk_enqueue_by_copy_records_the_producers_traceparent_on_every_job(c
 
 
 @pytest.mark.db
+def test_over_http_the_clients_traceparent_is_the_parent_of_each_requests_producer_span(conn, database_url, tmp_path):
+    path = tmp_path / "spans.jsonl"
+    env = {**os.environ, "DATABASE_URL": database_url, "JOBQ_TEST_SPANS": str(path),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "support.traced", "http", "noop"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    recorded = spans(path)
+    clients = {s["name"]: s for s in recorded if s["name"].startswith("client ")}
+    producers = [s for s in recorded if s["kind"] == "PRODUCER"]
+    assert sorted(s["parent_id"] for s in producers) == sorted(s["span_id"] for s in clients.values())
+    by_parent = {s["parent_id"]: s for s in producers}
+    single = by_parent[clients["client /jobs"]["span_id"]]  # the grouped insert: the request's own span
+    batch = by_parent[clients["client /jobs/batch"]["span_id"]]
+    recorded_spans = [row[0] for row in conn.execute("SELECT split_part(traceparent, '-', 3) FROM jobs ORDER BY id")]
+    assert recorded_spans == [single["span_id"], batch["span_id"], batch["span_id"]]
+
+
+@pytest.mark.db
 def test_without_a_provider_nothing_is_recorded_and_without_the_package_nothing_is_imported(conn, database_url):
     script = (
         "import sys, importlib.abc\n"

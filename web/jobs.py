@@ -8,6 +8,7 @@ from flask import request
 import jobq
 from jobq.errors import InvalidArgument
 from jobq.jobs.submit import submit
+from jobq.observe import tracing
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import header_parameters, resource
@@ -25,6 +26,10 @@ from web.schemas import (
     JobPath,
     ValidationFailure,
 )
+
+# W3C Trace Context: the client's span, made the parent of the enqueue's producer span
+# (jobq.observe.tracing; with OpenTelemetry and a tracer provider in the web process).
+TRACEPARENT = "traceparent"
 
 jobs = resource("jobs", __name__, "The job ledger")
 jobs.before_request(jsonio.require_json_body)
@@ -48,17 +53,21 @@ def create_job(body: JobBody) -> tuple[dict, int]:
     """
     spec = _with_key(body, _idempotency_key())
     spec.key_scope()  # a scope without a key: 422 before the job joins a grouped insert
-    if spec.idempotency_key is None:
-        return api().enqueuer.submit(spec).to_dict(), 201
-    with api().database.connection() as conn:
-        entry = submit(spec, conn=conn, max_pending=api().settings.max_pending)
+    with tracing.continued(request.headers.get(TRACEPARENT)):
+        if spec.idempotency_key is None:  # a producer span of this request's own: its job's, in a group
+            with tracing.producing(spec.queue, 1) as traceparent:
+                return api().enqueuer.submit(spec, traceparent).to_dict(), 201
+        with api().database.connection() as conn:
+            entry = submit(spec, conn=conn, max_pending=api().settings.max_pending)
     return entry.job.to_dict(), 201 if entry.created else 200
 
 
 @jobs.post("/jobs/batch", responses={201: JobBatchOut, **BODY_ERRORS})
 def create_jobs(body: JobBatch) -> tuple[dict, int]:
     """Enqueue up to 1,000 jobs at once: all or none, in one statement."""
-    return {"jobs": [job.to_dict() for job in api().submit_many(list(body.jobs))]}, 201
+    with tracing.continued(request.headers.get(TRACEPARENT)):
+        jobs_added = api().submit_many(list(body.jobs))
+    return {"jobs": [job.to_dict() for job in jobs_added]}, 201
 
 
 @jobs.get("/jobs/<int:job_id>", responses={200: JobOut, 400: Error, 404: Error})

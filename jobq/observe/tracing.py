@@ -3,13 +3,16 @@ into the worker that runs it (the ``otel`` extra: ``pip install 'jobq[otel]'``).
 
 - :func:`producing`: a PRODUCER span around an enqueue (``send <queue>``); its W3C
   ``traceparent`` is what the inserts record on each job (``jobs.traceparent``,
-  migration 0018, through the session setting ``jobq.traceparent``).
+  migration 0018: through the session setting ``jobq.traceparent``, :func:`recorded_on`,
+  or given per job by the grouped ``POST /jobs``).
 - :func:`processing`: a CONSUMER span per attempt (``process <queue>``), a child of the
   job's traceparent, with OpenTelemetry's messaging attributes (``messaging.system`` =
   ``jobq``, the destination its queue, operation ``process``, the job's id as the
   message id; the attempt and type as ``jobq.job.*``); a retry's span also links to its
   first attempt's span (kept in that run's errors entry); an exception the handler
   raised is recorded on it with an error status.
+- :func:`continued`: an HTTP request's ``traceparent`` header as the parent of the
+  producer spans of its enqueue (``POST /jobs``, ``POST /jobs/batch``).
 - :func:`span`: an INTERNAL span around one of jobq's own steps (a claim, an outcome
   write), a child of whatever span is current.
 
@@ -31,6 +34,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from jobq.job import Job
+from jobq.store import session_settings
+from jobq.store.connections import Connection
+from jobq.store.session_settings import TRACEPARENT
 
 SYSTEM = "jobq"
 TRACER = "jobq"
@@ -86,6 +92,33 @@ def producing(queue: str, jobs: int) -> Iterator[str | None]:
         carrier: dict[str, str] = {}
         _propagate.inject(carrier)
         yield carrier.get("traceparent")
+
+
+@contextlib.contextmanager
+def recorded_on(conn: Connection, queue: str, jobs: int) -> Iterator[None]:
+    """:func:`producing`, with ``conn``'s session setting ``jobq.traceparent`` at the span
+    for the block: every insert of jobs in it (INSERT, arrays, COPY, a schedule's) records
+    it, as the column's default (migration 0018). Without a span, nothing is sent."""
+    with producing(queue, jobs) as traceparent, session_settings.setting(conn, TRACEPARENT, traceparent):
+        yield
+
+
+@contextlib.contextmanager
+def continued(traceparent: str | None) -> Iterator[None]:
+    """The block in the trace of ``traceparent`` (a W3C ``traceparent`` header an HTTP
+    client sent), so that the producer spans made in it are children of the client's
+    span; unchanged where a span is current already (an instrumented web framework
+    extracted the header itself), or without a header or a provider."""
+    if not traceparent or _tracer() is None or _api.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(_propagate.extract({"traceparent": traceparent}))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 @contextlib.contextmanager

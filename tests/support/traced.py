@@ -57,5 +57,27 @@ def main(job_type: str, count: int) -> None:
     provider.force_flush()
 
 
+def over_http(job_type: str) -> None:
+    """The API's routes in this process (a client of the app): POST /jobs and POST
+    /jobs/batch, each with the traceparent header of a client span ended before the
+    request (only the header crosses, as from another process)."""
+    from opentelemetry.propagate import inject
+
+    from jobq.settings import Settings
+    from web.app import create_app
+
+    client = create_app(Settings.from_env()).test_client()
+    for path, body in (("/jobs", {"type": job_type}), ("/jobs/batch", {"jobs": [{"type": job_type}] * 2})):
+        carrier: dict[str, str] = {}
+        with trace.get_tracer("test").start_as_current_span(f"client {path}"):
+            inject(carrier)
+        answer = client.post(path, json=body, headers={"traceparent": carrier["traceparent"]})
+        assert answer.status_code == 201, answer.get_json()
+    provider.force_flush()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "http":
+        over_http(sys.argv[2])
+    else:
+        main(sys.argv[1], int(sys.argv[2]))
