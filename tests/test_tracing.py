@@ -15,6 +15,7 @@ import pytest
 
 from support.daemon import TESTS_DIR
 from support.db import scalar
+from support.schedules import entry
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.otel]
@@ -65,6 +66,28 @@ def test_a_trace_crosses_the_queue_into_each_attempt_of_a_real_worker(conn, daem
     assert [entry["span"].split("-")[2] for entry in errors] == [s["span_id"] for s in consumers[:2]]
     assert any(s["name"] == "jobq claim" and s["pid"] == consumers[0]["pid"] for s in recorded)
     assert any(s["name"] == "jobq outcomes" for s in recorded)
+
+
+@pytest.mark.db
+@pytest.mark.daemon
+@pytest.mark.schedules
+def test_a_schedules_firing_is_a_producer_span_whose_jobs_run_in_its_trace(conn, daemon, tmp_path):
+    path = tmp_path / "spans.jsonl"
+    daemon(1, JOBQ_HANDLERS="support.traced,support.schedules", JOBQ_TEST_SPANS=str(path),
+           JOBQ_TEST_SCHEDULES=entry("tick", "* * * * * *"))
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE schedule = 'tick' AND status = 'done'"), 30,
+             "a fired job done")
+    job_id, traceparent = conn.execute(
+        "SELECT id, traceparent FROM jobs WHERE schedule = 'tick' AND status = 'done' ORDER BY id LIMIT 1").fetchone()
+    producer_id = traceparent.split("-")[2]
+    wait_for(lambda: any(s["span_id"] == producer_id for s in spans(path))
+             and any(s["attributes"].get("messaging.message.id") == str(job_id) for s in spans(path)), 30, "its spans")
+    recorded = spans(path)
+    (producer,) = [s for s in recorded if s["span_id"] == producer_id]
+    (consumer,) = [s for s in recorded if s["attributes"].get("messaging.message.id") == str(job_id)]
+    assert producer["kind"] == "PRODUCER" and producer["parent_id"] is None  # a trace of its own
+    assert consumer["parent_id"] == producer_id and consumer["trace_id"] == producer["trace_id"]
+    assert producer["pid"] != consumer["pid"]  # fired by the maintenance process, run by a worker
 
 
 @pytest.mark.db

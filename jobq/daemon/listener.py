@@ -21,13 +21,9 @@ from psycopg import sql
 from jobq.store import connections
 from jobq.daemon.boards import idle
 from jobq.errors import DatabaseUnavailable
-from jobq.store.sql.database import CONTROL_CHANNEL_GET, WAKE_CHANNEL_GET
+from jobq.store.sql.database import WAKE_CHANNEL_GET
 
 log = logging.getLogger(__name__)
-
-# Operators' actions ('cancel <id>', 'pause <queue>', 'resume <queue>', 'schedules'): the
-# statement that names their channel, as the schema names it ('jobq_control' in public).
-CONTROL_CHANNEL = CONTROL_CHANNEL_GET
 
 
 class Waking(Protocol):
@@ -79,7 +75,8 @@ class Listener:
         self, url: str, queues: Sequence[str] = (), *, application_name: str, channel: str = WAKE_CHANNEL_GET
     ) -> None:
         """``channel``: the statement that names what to LISTEN on, asked at each connect;
-        by default the wake-up channel, as the schema names it (jobq_wake_channel())."""
+        by default the wake-up channel, as the schema names it (jobq_wake_channel()); the
+        operators' actions' is CONTROL_CHANNEL_GET (jobq_control_channel())."""
         self.url = url
         self.queues = frozenset(queues)
         self.application_name = application_name
