@@ -1,6 +1,7 @@
 """OpenTelemetry across the queue: a producer process enqueues under a span, a real
-`jobq worker` (its provider configured before the fork, in a handler module) runs the
-job, and each process's SDK exporter writes its spans to a file the test reads."""
+`jobq worker` (its provider configured at its start, before it forks: BatchSpanProcessor's
+thread started again in each child) runs the job, and each process's SDK exporter
+writes its spans to a file the test reads."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from support.waiting import wait_for
 pytestmark = [pytest.mark.otel]
 
 
+# A supervisor whose tracer provider is configured at its start, before it forks its
+# workers and its maintenance process (support/otel_boot/sitecustomize.py).
+BOOT = os.pathsep.join([str(TESTS_DIR / "support" / "otel_boot"), str(TESTS_DIR)])
+
+
 def spans(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -38,7 +44,7 @@ def produce(url: str, path: Path, job_type: str, count: int, *prelude: str) -> s
 @pytest.mark.daemon
 def test_a_trace_crosses_the_queue_into_each_attempt_of_a_real_worker(conn, daemon, database_url, tmp_path):
     path = tmp_path / "spans.jsonl"
-    daemon(1, JOBQ_HANDLERS="support.traced", JOBQ_TEST_SPANS=str(path))
+    daemon(1, JOBQ_TEST_SPANS=str(path), PYTHONPATH=BOOT)
     produce(database_url, path, "flaky", 1)
     job_id, traceparent = conn.execute("SELECT id, traceparent FROM jobs").fetchone()
     wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", job_id) == "done", 30, "the flaky job done")
@@ -73,7 +79,7 @@ def test_a_trace_crosses_the_queue_into_each_attempt_of_a_real_worker(conn, daem
 @pytest.mark.schedules
 def test_a_schedules_firing_is_a_producer_span_whose_jobs_run_in_its_trace(conn, daemon, tmp_path):
     path = tmp_path / "spans.jsonl"
-    daemon(1, JOBQ_HANDLERS="support.traced,support.schedules", JOBQ_TEST_SPANS=str(path),
+    daemon(1, JOBQ_HANDLERS="support.handlers,support.schedules", JOBQ_TEST_SPANS=str(path), PYTHONPATH=BOOT,
            JOBQ_TEST_SCHEDULES=entry("tick", "* * * * * *"))
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE schedule = 'tick' AND status = 'done'"), 30,
              "a fired job done")

@@ -18,8 +18,8 @@ into the worker that runs it (the ``otel`` extra: ``pip install 'jobq[otel]'``).
 
 Off, and free, where the ``opentelemetry`` package is not installed: nothing of it is
 imported and every function here returns at once. Installed without a tracer provider
-configured (``trace.set_tracer_provider``), each call costs one lookup and starts no
-span. Worker processes are forked from the supervisor: configure the provider in a
+configured (``trace.set_tracer_provider``), each call costs a clock read and starts no
+span (whether a provider was configured since is asked once a second). Worker processes are forked from the supervisor: configure the provider in a
 handler module (JOBQ_HANDLERS, imported before the fork); the SDK's BatchSpanProcessor
 starts its export thread again in each child, and :func:`flush` (called by a child
 before it exits) exports what it holds.
@@ -30,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from jobq.job import Job
@@ -40,6 +42,9 @@ from jobq.store.session_settings import TRACEPARENT
 
 SYSTEM = "jobq"
 TRACER = "jobq"
+# Without a tracer provider, whether one was configured since is asked again at most this
+# often (OpenTelemetry's get_tracer_provider() reads the environment: 2 us a call).
+RECHECK_SECONDS = 1.0
 
 
 def _installed() -> bool:
@@ -54,12 +59,21 @@ AVAILABLE = _installed()
 
 _api: Any = None  # opentelemetry.trace, imported at the first call that needs it
 _propagate: Any = None  # opentelemetry.trace.propagation.tracecontext's propagator
+_tracer_of_provider: Any = None  # jobq's tracer, once a provider is configured (for good: OpenTelemetry sets one once)
+_recheck_at = 0.0  # monotonic time before which no provider is looked for again
+# What each function returns where no span is made: reusable, entered for nothing (a
+# worker calls processing() once per job: no generator made for it).
+_OFF: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 def _tracer() -> Any:
-    """jobq's tracer, or None where no span is to be made (no package, no provider)."""
-    global _api, _propagate
-    if not AVAILABLE:
+    """jobq's tracer, or None where no span is to be made (no package, no provider; a
+    provider configured later is found within RECHECK_SECONDS)."""
+    global _api, _propagate, _tracer_of_provider, _recheck_at
+    if _tracer_of_provider is not None or not AVAILABLE:
+        return _tracer_of_provider
+    now = time.monotonic()
+    if now < _recheck_at:
         return None
     if _api is None:
         from opentelemetry import trace
@@ -68,18 +82,21 @@ def _tracer() -> Any:
         _api, _propagate = trace, TraceContextTextMapPropagator()
     provider = _api.get_tracer_provider()
     if isinstance(provider, (_api.ProxyTracerProvider, _api.NoOpTracerProvider)):
+        _recheck_at = now + RECHECK_SECONDS
         return None
-    return provider.get_tracer(TRACER)
+    _tracer_of_provider = provider.get_tracer(TRACER)
+    return _tracer_of_provider
 
 
-@contextlib.contextmanager
-def producing(queue: str, jobs: int) -> Iterator[str | None]:
+def producing(queue: str, jobs: int) -> AbstractContextManager[str | None]:
     """A PRODUCER span for an enqueue of ``jobs`` jobs to ``queue`` (a batch of several
     queues names the first); yields its traceparent for the rows, or None (no span)."""
     tracer = _tracer()
-    if tracer is None:
-        yield None
-        return
+    return _OFF if tracer is None else _producing(tracer, queue, jobs)
+
+
+@contextlib.contextmanager
+def _producing(tracer: Any, queue: str, jobs: int) -> Iterator[str | None]:
     attributes = {
         "messaging.system": SYSTEM,
         "messaging.operation.type": "send",
@@ -94,24 +111,32 @@ def producing(queue: str, jobs: int) -> Iterator[str | None]:
         yield carrier.get("traceparent")
 
 
-@contextlib.contextmanager
-def recorded_on(conn: Connection, queue: str, jobs: int) -> Iterator[None]:
+def recorded_on(conn: Connection, queue: str, jobs: int) -> AbstractContextManager[None]:
     """:func:`producing`, with ``conn``'s session setting ``jobq.traceparent`` at the span
     for the block: every insert of jobs in it (INSERT, arrays, COPY, a schedule's) records
     it, as the column's default (migration 0018). Without a span, nothing is sent."""
-    with producing(queue, jobs) as traceparent, session_settings.setting(conn, TRACEPARENT, traceparent):
-        yield
+    tracer = _tracer()
+    return _OFF if tracer is None else _recorded_on(tracer, conn, queue, jobs)
 
 
 @contextlib.contextmanager
-def continued(traceparent: str | None) -> Iterator[None]:
+def _recorded_on(tracer: Any, conn: Connection, queue: str, jobs: int) -> Iterator[None]:
+    with _producing(tracer, queue, jobs) as traceparent, session_settings.setting(conn, TRACEPARENT, traceparent):
+        yield
+
+
+def continued(traceparent: str | None) -> AbstractContextManager[None]:
     """The block in the trace of ``traceparent`` (a W3C ``traceparent`` header an HTTP
     client sent), so that the producer spans made in it are children of the client's
     span; unchanged where a span is current already (an instrumented web framework
     extracted the header itself), or without a header or a provider."""
     if not traceparent or _tracer() is None or _api.get_current_span().get_span_context().is_valid:
-        yield
-        return
+        return _OFF
+    return _continued(traceparent)
+
+
+@contextlib.contextmanager
+def _continued(traceparent: str) -> Iterator[None]:
     from opentelemetry import context
 
     token = context.attach(_propagate.extract({"traceparent": traceparent}))
@@ -121,16 +146,17 @@ def continued(traceparent: str | None) -> Iterator[None]:
         context.detach(token)
 
 
-@contextlib.contextmanager
-def processing(job: Job) -> Iterator[str | None]:
+def processing(job: Job) -> AbstractContextManager[str | None]:
     """A CONSUMER span for this attempt of ``job``, a child of its traceparent; yields
     the span's own traceparent (None: no span), which a failed run keeps in its errors
     entry (``span``), so that a retry's span (attempt > 0) links to the first attempt's.
     """
     tracer = _tracer()
-    if tracer is None:
-        yield None
-        return
+    return _OFF if tracer is None else _processing(tracer, job)
+
+
+@contextlib.contextmanager
+def _processing(tracer: Any, job: Job) -> Iterator[str | None]:
     parent = _propagate.extract({"traceparent": job.traceparent}) if job.traceparent else None
     first = next((entry.get("span") for entry in job.errors or () if entry.get("attempt") == 0), None)
     links = []
@@ -165,15 +191,12 @@ def failed(exc: BaseException) -> None:
         current.set_status(_api.Status(_api.StatusCode.ERROR, type(exc).__name__))
 
 
-@contextlib.contextmanager
-def span(name: str, **attributes: Any) -> Iterator[None]:
+def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
     """An INTERNAL span ``name`` (``jobq claim``, ``jobq outcomes``) around the block."""
     tracer = _tracer()
     if tracer is None:
-        yield
-        return
-    with tracer.start_as_current_span(name, attributes={"messaging.system": SYSTEM, **attributes}):
-        yield
+        return _OFF
+    return tracer.start_as_current_span(name, attributes={"messaging.system": SYSTEM, **attributes})
 
 
 def flush(timeout_millis: int = 5000) -> None:

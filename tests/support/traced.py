@@ -1,8 +1,8 @@
 """An OpenTelemetry SDK tracer provider that writes each span as one JSON line to the
-file named by JOBQ_TEST_SPANS: imported as a handler module (JOBQ_HANDLERS) it is
-configured in the supervisor before the fork, as a user would; run as a script it is
-the process that enqueues (``python -m support.traced <type> <count>``), under a span
-of its own."""
+file named by JOBQ_TEST_SPANS: configured at a `jobq worker`'s start, before its forks,
+by support/otel_boot/sitecustomize.py; run as a script it is the process that enqueues
+(``python -m support.traced <type> <count>``, or ``http <type>``: through the API's
+routes), under a span of its own."""
 
 from __future__ import annotations
 
