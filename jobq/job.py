@@ -92,6 +92,8 @@ class Job(_Row):
     # ended done; step name -> last error, for those that did not (on_parent_failure="run").
     parent_results: dict[str, Any] | None = None
     parent_failures: dict[str, str] | None = None
+    # The W3C traceparent of the span that enqueued it (jobq.observe.tracing); not shown by the API.
+    traceparent: str | None = dataclasses.field(default=None, metadata={"private": True})
 
 
 @dataclasses.dataclass(slots=True)

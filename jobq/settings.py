@@ -18,6 +18,8 @@ import threading
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
+import zlib
+
 import psycopg
 import pydantic
 from psycopg.conninfo import conninfo_to_dict
@@ -29,6 +31,11 @@ from jobq.errors import ConfigError
 ENV_PREFIX = "JOBQ_"
 
 DEFAULT_ADVISORY_NAMESPACE = 0x6A71  # "jq": the high 16 bits of every jobq advisory lock key
+# JOBQ_SCHEMA: a plain lower-case identifier (no quoting anywhere), short enough that the
+# channels derived from it ('jobq_control.<schema>') fit PostgreSQL's 63-byte names.
+SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]*$"
+MAX_SCHEMA_LENGTH = 48
+DEFAULT_SCHEMA = "public"  # JOBQ_SCHEMA=public is the same install as JOBQ_SCHEMA unset
 DEFAULT_BACKOFF_BASE = 5.0
 DEFAULT_BACKOFF_CAP = 3600.0
 DEFAULT_BACKOFF_JITTER = 0.10
@@ -39,8 +46,6 @@ DEFAULT_REAPER_INTERVAL = 15.0
 DEFAULT_STALE_THRESHOLD = 30.0
 DEFAULT_JOB_TIMEOUT = 1800.0
 DEFAULT_GRACEFUL_TIMEOUT = 25.0
-# A running job's handler that has not returned this long after its cancel (it is
-# inside C code, or ignores jobq.Cancelled) is stopped by killing its worker.
 DEFAULT_CANCEL_GRACE = 10.0
 DEFAULT_MAX_JOBS_PER_CHILD = 0
 DEFAULT_MAX_SNOOZES = 100  # past this, a job's snooze is a failed run
@@ -100,7 +105,8 @@ def _hostname() -> str:
 
 
 class Settings(BaseModel):
-    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X``.
+    """Every knob of jobq. Build it with :meth:`from_env`; field ``x`` is ``JOBQ_X``
+    (``db_schema``: ``JOBQ_SCHEMA``).
 
     Each field's docstring is its row in the documentation's configuration table
     (``tools/settings_table.py`` writes it; a test checks the page is current)."""
@@ -117,8 +123,14 @@ class Settings(BaseModel):
 
     handlers: Names = ()
     """Comma-separated modules imported by workers (your `@jobq.register` handlers)."""
+    db_schema: str | None = Field(None, pattern=SCHEMA_PATTERN, max_length=MAX_SCHEMA_LENGTH)
+    """Every jobq table, function, trigger and sequence in this schema (a lower-case
+    identifier); two schemas in one database are two independent installs, their
+    advisory namespaces and NOTIFY channels derived from the schema. Unset: the
+    connection's default schema, as before."""
     advisory_namespace: int = Field(DEFAULT_ADVISORY_NAMESPACE, ge=0, le=0xFFFF)
-    """High 16 bits of jobq's advisory lock keys (`27249` is `0x6A71`)."""
+    """High 16 bits of jobq's advisory lock keys (`27249` is `0x6A71`). Unset with a
+    `JOBQ_SCHEMA` other than `public`: 16 bits of a CRC of the schema's name."""
 
     backoff_base: Seconds = DEFAULT_BACKOFF_BASE
     """Delay after the first failed run; doubles with each attempt."""
@@ -129,8 +141,6 @@ class Settings(BaseModel):
 
     concurrency: int = Field(default_factory=_cpu_count, ge=1, le=512)
     """Worker processes per supervisor (`jobq worker --concurrency`)."""
-    # Names this supervisor's host in worker ids (host:pid:token), in workers.hostname and
-    # in its sessions' application_name: one word, so that log lines stay key=value.
     hostname: str = Field(default_factory=_hostname, pattern=r"^\S+$", max_length=255)
     """Names a supervisor's host in its worker ids (`host:pid:token`), in
     `workers.hostname` and in its sessions' `application_name`; one word. Set it where
@@ -157,8 +167,8 @@ class Settings(BaseModel):
     graceful_timeout: NonNegativeSeconds = DEFAULT_GRACEFUL_TIMEOUT
     """How long running jobs get to finish at shutdown (under Heroku's 30 s)."""
     cancel_grace: NonNegativeSeconds = DEFAULT_CANCEL_GRACE
-    """How long a cancelled running job's handler has to return before its worker is
-    killed."""
+    """How long a cancelled running job's handler has to return (it may be inside C code,
+    or ignore `jobq.Cancelled`) before its worker is killed."""
     max_jobs_per_child: int = Field(DEFAULT_MAX_JOBS_PER_CHILD, ge=0)
     """Recycle a worker after this many jobs (0: never)."""
     max_snoozes: int = Field(DEFAULT_MAX_SNOOZES, ge=0)
@@ -278,6 +288,8 @@ class Settings(BaseModel):
             if raw is not None and raw.strip() != "":
                 values[field] = raw.strip()
         values.update(overrides)
+        if values.get("db_schema") is not None and "advisory_namespace" not in values:
+            values["advisory_namespace"] = schema_namespace(str(values["db_schema"]))
         try:
             settings = cls.model_validate(values)
         except pydantic.ValidationError as exc:
@@ -307,7 +319,19 @@ class Settings(BaseModel):
         return self.database_url
 
 
-_ALIASED = {"database_url": "DATABASE_URL", "port": "PORT"}
+def schema_namespace(schema: str) -> int:
+    """The advisory namespace of the install in ``schema`` when JOBQ_ADVISORY_NAMESPACE
+    does not say: the default one for ``public`` (an existing install, untouched), else 16
+    bits of a CRC of the name, never the default, so that two installs in one database
+    never share a lock (the migrations', the leader's, a job's). Two schemas whose names
+    meet in those 16 bits (about one pair in 65,536) set JOBQ_ADVISORY_NAMESPACE."""
+    if schema == DEFAULT_SCHEMA:
+        return DEFAULT_ADVISORY_NAMESPACE
+    derived = zlib.crc32(f"jobq schema {schema}".encode()) & 0xFFFF
+    return derived ^ 1 if derived == DEFAULT_ADVISORY_NAMESPACE else derived
+
+
+_ALIASED = {"database_url": "DATABASE_URL", "port": "PORT", "db_schema": "JOBQ_SCHEMA"}
 _SECRETS = frozenset({"database_url", "api_token", "secret_key"})  # never quoted in an error
 
 

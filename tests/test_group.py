@@ -31,7 +31,7 @@ class SlowInsert:
         self.fail_type = fail_type
         self.error = error
 
-    def __call__(self, specs: list[JobSpec], ids: list[int] | None) -> list[str]:
+    def __call__(self, specs: list[JobSpec], ids: list[int] | None, traceparents: list[str | None]) -> list[str]:
         assert ids is None  # the ids of a lost attempt: none here
         self.groups.append([spec.type for spec in specs])
         if len(self.groups) == 1:
@@ -131,7 +131,7 @@ class HeldInserts:
         self.entered = [threading.Event() for _ in range(held)]
         self.release = [threading.Event() for _ in range(held)]
 
-    def __call__(self, specs: list[JobSpec], ids: list[int] | None) -> list[str]:
+    def __call__(self, specs: list[JobSpec], ids: list[int] | None, traceparents: list[str | None]) -> list[str]:
         k = len(self.groups)
         self.groups.append([spec.type for spec in specs])
         if k < len(self.release):

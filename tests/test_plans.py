@@ -58,7 +58,7 @@ def by_id_plan(conn, name: str, batch) -> str:
     params = {
         "ids": [c.job_id for c in batch], "leases": [c.lease for c in batch], "locked": [True] * n,
         "results": [None] * n, "elapsed": [0.0] * n, "errors": ["e"] * n, "delays": [1.0] * n,
-        "max_retries": [None] * n, "lock_base": LOCK_BASE, "actor": "test", "progress": "{}",
+        "max_retries": [None] * n, "spans": [None] * n, "lock_base": LOCK_BASE, "actor": "test", "progress": "{}",
         "id": batch[0].job_id, "lease": batch[0].lease,
     }
     return "\n".join(row[0] for row in conn.execute("EXPLAIN " + BY_ID[name], params))

@@ -31,12 +31,12 @@ class ApiContext:
         with self.database.connection() as conn:
             return [entry.job for entry in submit_many(specs, conn=conn, max_pending=self.settings.max_pending)]
 
-    def submit_reserved(self, specs: list[JobSpec], ids: list[int] | None) -> list[Job]:
+    def submit_reserved(self, specs: list[JobSpec], ids: list[int] | None, traceparents: list[str | None]) -> list[Job]:
         """The enqueuer's insert (:func:`jobq.jobs.submit.submit_reserved`): admission control
         for a first attempt, none for a retry that settles one (it was admitted)."""
         max_pending = self.settings.max_pending if ids is None else None
         with self.database.connection() as conn:
-            return submit_reserved(specs, ids, conn=conn, max_pending=max_pending)
+            return submit_reserved(specs, ids, conn=conn, max_pending=max_pending, traceparents=traceparents)
 
 
 def attach(app: Flask, settings: Settings) -> ApiContext:
@@ -48,7 +48,9 @@ def attach(app: Flask, settings: Settings) -> ApiContext:
     statement_timeout = settings.api_statement_timeout
     database = web_pool(settings.require_database_url(), statement_timeout=statement_timeout)
     wait = POOL_TIMEOUT + (statement_timeout or DEFAULT_API_STATEMENT_TIMEOUT)
-    enqueuer = GroupSubmitter(lambda specs, ids: context.submit_reserved(specs, ids), wait_timeout=wait)
+    enqueuer = GroupSubmitter(
+        lambda specs, ids, traceparents: context.submit_reserved(specs, ids, traceparents), wait_timeout=wait
+    )
     context = ApiContext(settings, database, enqueuer)
     app.extensions[EXTENSION] = context
     return context

@@ -10,6 +10,7 @@ from jobq.errors import InvalidArgument
 from jobq.handlers import known
 from jobq.jobs.submit import submit
 from jobq.workflows.waiting import wait_all
+from jobq.observe import tracing
 from web import jsonio
 from web.auth import request_actor
 from web.blueprints import header_parameters, resource
@@ -28,6 +29,10 @@ from web.schemas import (
     ValidationFailure,
 )
 from web.schemas_workflows import JobWaitQuery
+
+# W3C Trace Context: the client's span, made the parent of the enqueue's producer span
+# (jobq.observe.tracing; with OpenTelemetry and a tracer provider in the web process).
+TRACEPARENT = "traceparent"
 
 jobs = resource("jobs", __name__, "The job ledger")
 jobs.before_request(jsonio.require_json_body)
@@ -55,17 +60,21 @@ def create_job(body: JobBody) -> tuple[dict, int]:
     if api().settings.unknown_types == "reject":  # 422 for a type no live worker has a handler for
         with api().database.connection() as conn:
             known.check(spec.type, "reject", conn=conn)
-    if spec.idempotency_key is None:
-        return api().enqueuer.submit(spec).to_dict(), 201
-    with api().database.connection() as conn:
-        entry = submit(spec, conn=conn, max_pending=api().settings.max_pending)
+    with tracing.continued(request.headers.get(TRACEPARENT)):
+        if spec.idempotency_key is None:  # a producer span of this request's own: its job's, in a group
+            with tracing.producing(spec.queue, 1) as traceparent:
+                return api().enqueuer.submit(spec, traceparent).to_dict(), 201
+        with api().database.connection() as conn:
+            entry = submit(spec, conn=conn, max_pending=api().settings.max_pending)
     return entry.job.to_dict(), 201 if entry.created else 200
 
 
 @jobs.post("/jobs/batch", responses={201: JobBatchOut, **BODY_ERRORS})
 def create_jobs(body: JobBatch) -> tuple[dict, int]:
     """Enqueue up to 1,000 jobs at once: all or none, in one statement."""
-    return {"jobs": [job.to_dict() for job in api().submit_many(list(body.jobs))]}, 201
+    with tracing.continued(request.headers.get(TRACEPARENT)):
+        jobs_added = api().submit_many(list(body.jobs))
+    return {"jobs": [job.to_dict() for job in jobs_added]}, 201
 
 
 @jobs.get("/jobs/<int:job_id>", responses={200: JobOut, 400: Error, 404: Error})

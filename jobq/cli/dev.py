@@ -55,7 +55,7 @@ def run(settings: Settings, *, data_dir: Path, procfile: Path, port: int, reset:
         where = "DATABASE_URL (your server)"
     try:
         with connections.connect(url) as conn, connections.database_errors():
-            applied = migrate(conn, namespace=settings.advisory_namespace)
+            applied = migrate(conn, namespace=settings.advisory_namespace, schema=settings.db_schema)
         env = {
             **os.environ,
             # The Procfile names gunicorn and jobq: find this environment's, activated or not.

@@ -59,7 +59,7 @@ def migrate(wait_seconds: float, convert: bool) -> None:
     url = settings.require_database_url()
     conn = wait_for(lambda: connections.connect(url), seconds=wait_seconds, what="migrate")
     with conn, connections.database_errors():
-        applied = apply_migrations(conn, namespace=settings.advisory_namespace, convert=convert)
+        applied = apply_migrations(conn, namespace=settings.advisory_namespace, schema=settings.db_schema, convert=convert)
     if applied:
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied)
         click.echo(f"jobq: applied {len(applied)} migration(s): {names}; schema at version {applied[-1].version}")

@@ -25,8 +25,6 @@ from jobq.store.sql.database import WAKE_CHANNEL_GET
 
 log = logging.getLogger(__name__)
 
-CONTROL_CHANNEL = "jobq_control"  # operators' actions: 'cancel <id>', 'pause <queue>', 'resume <queue>'
-
 
 class Waking(Protocol):
     """Who takes a notification (:class:`jobq.daemon.boards.idle.Seat` for a supervisor's workers)."""
@@ -74,15 +72,17 @@ class Listener:
     thread-safe: one thread owns it."""
 
     def __init__(
-        self, url: str, queues: Sequence[str] | None = (), *, application_name: str, channel: str | None = None
+        self, url: str, queues: Sequence[str] | None = (), *, application_name: str, channel: str = WAKE_CHANNEL_GET
     ) -> None:
-        """``queues``: whose wake-ups to take (None: every queue's). ``channel``: what to
-        LISTEN on; by default the wake-up channel, as the schema names it
-        (jobq_wake_channel(), asked at each connect)."""
+        """``queues``: whose wake-ups to take (None: every queue's). ``channel``: the
+        statement that names what to LISTEN on, asked at each connect; by default the
+        wake-up channel, as the schema names it (jobq_wake_channel()); the operators'
+        actions' is CONTROL_CHANNEL_GET (jobq_control_channel())."""
         self.url = url
         self.queues = None if queues is None else frozenset(queues)
         self.application_name = application_name
-        self.channel = channel
+        self.channel_get = channel
+        self.channel: str | None = None
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
         self._encoding = "utf-8"
@@ -92,8 +92,7 @@ class Listener:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
         try:
             self.conn = connections.connect(self.url, application_name=self.application_name)
-            if self.channel is None:
-                (self.channel,) = self.conn.execute(WAKE_CHANNEL_GET).fetchone()  # type: ignore[misc]
+            (self.channel,) = self.conn.execute(self.channel_get).fetchone()  # type: ignore[misc]
             self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._encoding = self.conn.info.encoding
             # Anything psycopg kept aside while LISTEN ran (wait() reads libpq directly):

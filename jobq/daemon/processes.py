@@ -3,6 +3,7 @@ them (:class:`System`, which the supervisor's in-process tests replace)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from jobq.daemon import messages
+from jobq.observe import tracing
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.wakeup import reset_signals
@@ -74,6 +76,8 @@ def become_child(
     except BaseException:
         log.exception("child.failed pid=%s", os.getpid())
     finally:
+        with contextlib.suppress(Exception):
+            tracing.flush()  # spans the child's exporter holds: os._exit runs no exit handler
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from jobq.handlers import context
+from jobq.observe import tracing
 from jobq.errors import BadPayload, Cancelled, Snooze, UnknownJobType
 from jobq.handlers.registry import Handler
 from jobq.job import Job
 from jobq.spec import storable_json
 
 MAX_ERROR_LENGTH = 16_000  # characters of traceback kept in the row: the end, where the cause is
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +32,25 @@ class RunResult:
     cancelled: bool = False  # the job was cancelled while it ran: nothing is to be written
     not_retried: str | None = None  # why the handler's retry policy sends it to the dead letters now
     snooze: float | None = None  # the handler raised jobq.Snooze: pending again after these seconds
+    span: str | None = None  # the traceparent of the run's OpenTelemetry span, when traced
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.snooze is None
+
+
+# Called with each failed run's job, handler, exception and result, in the worker, right
+# after the handler raised (jobq.contrib.sentry registers one). A hook that raises is
+# logged and skipped: it never changes the run's outcome.
+FailureHook = Callable[[Job, "Handler | None", Exception, "RunResult"], None]
+_failure_hooks: list[FailureHook] = []
+
+
+def on_failure(hook: FailureHook) -> None:
+    """Call ``hook`` for every failed run from now on (in this process and the workers it
+    forks); a hook already registered is not added twice."""
+    if hook not in _failure_hooks:
+        _failure_hooks.append(hook)
 
 
 def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> RunResult:
@@ -43,8 +63,15 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     unknown type) or a result that is not storable JSON is a failed run like any other.
     A run whose job was cancelled meanwhile (its view's flag; the handler got
     :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
-    returned.
+    returned. With OpenTelemetry, the run is a consumer span (:mod:`jobq.observe.tracing`).
     """
+    with tracing.processing(job) as span:
+        result = _run(job, handler, view)
+    return result if span is None else replace(result, span=span)
+
+
+def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResult:
+    """:func:`run`, inside its consumer span."""
     started = time.monotonic()
     cancelled = False
     try:
@@ -74,6 +101,7 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     except Cancelled:
         return RunResult(None, None, time.monotonic() - started, cancelled=True)
     except Exception as exc:
+        tracing.failed(exc)
         if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
             return RunResult(None, None, time.monotonic() - started, cancelled=True)
         # A payload the handler refused, or no handler at all: the message says it all.
@@ -81,7 +109,17 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
         not_retried = handler.not_retried(exc) if handler is not None else None
         if not_retried is not None:
             error = f"not retried: {not_retried}\n{error}"
-        return RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+        failed = RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+        _tell_hooks(job, handler, exc, failed)
+        return failed
+
+
+def _tell_hooks(job: Job, handler: Handler | None, exc: Exception, result: RunResult) -> None:
+    for hook in _failure_hooks:
+        try:
+            hook(job, handler, exc, result)
+        except Exception:
+            log.exception("job.failure_hook_failed id=%s type=%s hook=%s", job.id, job.type, getattr(hook, "__name__", hook))
 
 
 # The envelope of a step's result that carries the jobs it spawned (jobq.spawn), which

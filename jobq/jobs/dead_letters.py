@@ -25,6 +25,7 @@ from jobq.store.sql.dead_letters import (
     DEAD_LETTER_LIST_SELECT,
     DEAD_LETTER_REPLAY_IF_NOT_REPLAYED,
     DEAD_LETTER_REPLAY_IF_WAITING,
+    DEAD_LETTER_SIGNATURE_OF,
 )
 from jobq.jobs import audit
 from jobq.store.connections import Connection, again_if_moved, connection
@@ -136,6 +137,16 @@ def group(group_id: str, *, conn: Connection | None = None) -> Group:
     if found is None:
         raise DeadLetterGroupNotFound(group_id)
     return found
+
+
+def signature_of(job_type: str, error: str, *, conn: Connection | None = None) -> tuple[str, str]:
+    """The cause signature and the group id that a dead letter of ``job_type`` failing
+    with ``error`` (the text a failed run records) has, computed by the database's own
+    function (one round trip), so that an error tracker groups as the dead-letter groups do."""
+    with connection(conn) as c:
+        row = c.execute(DEAD_LETTER_SIGNATURE_OF, {"type": job_type, "error": error}).fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 def letters_of_group(group_id: str, *, limit: int = 100, conn: Connection | None = None) -> list[DeadLetter]:

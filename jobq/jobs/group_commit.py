@@ -44,9 +44,10 @@ WAIT_TIMEOUT = 10.0  # seconds a caller waits in the queue for the insert in fli
 RESOLVE_TIMEOUT = 10.0  # seconds of retries to learn what became of an insert whose connection was lost
 RETRY_INTERVAL = 0.1  # seconds between two of those retries
 
-Insert = Callable[[list[JobSpec], list[int] | None], list[Job]]
+Insert = Callable[[list[JobSpec], list[int] | None, list[str | None]], list[Job]]
 """Inserts jobs without idempotency keys in one statement under ids reserved for them
-(None: reserved anew, as :func:`jobq.jobs.submit.submit_reserved` does) and returns them in
+(None: reserved anew, as :func:`jobq.jobs.submit.submit_reserved` does), each with its
+caller's traceparent (None: not traced), and returns them in
 order; with given ids, returns a job already stored under its id as it is, never a
 second copy. Raises OutcomeUnknown (with the ids) when the connection was lost while
 the insert was in flight, DatabaseUnavailable or Overloaded for the whole list when
@@ -57,6 +58,7 @@ is about the jobs."""
 @dataclass(eq=False)
 class _Caller:
     spec: JobSpec
+    traceparent: str | None = None  # the caller's OpenTelemetry producer span (jobq.observe.tracing)
     done: threading.Event = field(default_factory=threading.Event)
     leads: bool = False  # handed the next group to insert
     job: Job | None = None
@@ -91,8 +93,9 @@ class GroupSubmitter:
         self._waiting: list[_Caller] = []
         self._inserting = False
 
-    def submit(self, spec: JobSpec) -> Job:
-        """Insert ``spec`` (alone, or with the jobs of other threads) and return its job.
+    def submit(self, spec: JobSpec, traceparent: str | None = None) -> Job:
+        """Insert ``spec`` (alone, or with the jobs of other threads) and return its job,
+        which records ``traceparent`` (the caller's span: each job of a group its own).
 
         Raises what ``insert`` raised for this job; DatabaseUnavailable, nothing sent,
         after ``wait_timeout`` seconds queued behind an insert that has not ended; after a
@@ -100,7 +103,7 @@ class GroupSubmitter:
         be learnt within ``resolve_timeout``). Must not be given a job with an idempotency
         key (two keyed jobs of one group could collide).
         """
-        me = _Caller(spec)
+        me = _Caller(spec, traceparent)
         with self._lock:
             self._waiting.append(me)
             leads = not self._inserting
@@ -154,10 +157,11 @@ class GroupSubmitter:
         """Insert the jobs of ``group`` and give each caller its job or its error. ``ids``:
         the ids of an earlier attempt whose outcome is unknown (None: there was none)."""
         specs = [caller.spec for caller in group]
+        traceparents = [caller.traceparent for caller in group]
         deadline: float | None = None
         while True:
             try:
-                jobs = self._insert_jobs(specs, ids)
+                jobs = self._insert_jobs(specs, ids, traceparents)
             except OutcomeUnknown as exc:
                 ids, reason = exc.ids, exc.reason
             except DatabaseUnavailable as exc:

@@ -201,13 +201,15 @@ def fail(
     elapsed: Sequence[float],
     *,
     max_retries: Sequence[int | None] | None = None,
+    spans: Sequence[str | None] | None = None,
     lock_base: int,
 ) -> Deferred[tuple[list[RecordedFailure], set[int]]]:
     """Record failed runs: back to pending after ``delays`` (attempt + 1) while retries
     remain, else dead and copied into dead_letter_jobs. Non-None ``max_retries`` replace
     the row's limit. A job going back to pending whose idempotency key another job took
     while it ran ends cancelled, superseded by that job (any write back to pending: see
-    migration 0008). The answer: what happened to each recorded job, and the ids whose
+    migration 0008). ``spans``: each run's OpenTelemetry span (a traceparent), kept in its
+    errors entry. The answer: what happened to each recorded job, and the ids whose
     write was rejected for a stale lease."""
     cur = conn.cursor()
     cur.execute(
@@ -218,6 +220,7 @@ def fail(
             "delays": list(delays),
             "elapsed": list(elapsed),
             "max_retries": list(max_retries) if max_retries is not None else [None] * len(jobs),
+            "spans": list(spans) if spans is not None else [None] * len(jobs),
         },
     )
 

@@ -11,10 +11,12 @@ connection is lost while the insert is in flight can learn what was stored.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
 
 import psycopg
 from psycopg.rows import class_row
@@ -33,6 +35,7 @@ from jobq.store.sql.enqueue import (
 )
 from jobq.jobs.copy_rows import job_rows
 from jobq.store.connections import Connection, connection, first_line
+from jobq.observe import tracing
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
 from jobq.spec import (
@@ -49,7 +52,7 @@ from jobq.spec import (
 
 COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
 # Positions in a spec Row that are read by name here.
-RUN_AT, KEY, TAGS, SCOPE = 5, 6, 7, 8
+QUEUE, RUN_AT, KEY, TAGS, SCOPE = 1, 5, 6, 7, 8
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
 # A key's holder can leave its scope (be claimed, finish) between the insert that met it
 # and the read of it: the insert is tried again, this many times at most.
@@ -108,7 +111,7 @@ def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | 
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
     params = _row_params(spec.row())
-    with connection(conn) as c:
+    with connection(conn) as c, tracing.recorded_on(c, spec.queue, 1):
         if max_pending is not None:
             check_admission(c, max_pending)
         return _insert_one(c, params)
@@ -166,7 +169,7 @@ def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) ->
                 key_scope(row[SCOPE], row[KEY])
             except InvalidArgument as exc:
                 raise InvalidArgument(f"jobs[{index}].{exc.field}", exc.message) from None
-    with connection(conn) as c:
+    with connection(conn) as c, tracing.recorded_on(c, rows[0][QUEUE], len(rows)):
         if max_pending is not None:
             check_admission(c, max_pending)
         if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
@@ -183,6 +186,7 @@ def submit_reserved(
     *,
     conn: Connection | None = None,
     max_pending: int | None = None,
+    traceparents: list[str | None] | None = None,
 ) -> list[Job]:
     """Add jobs without idempotency keys in one statement, under ids reserved for them
     before it is sent, and return them in order: so that if the connection is lost while
@@ -202,6 +206,10 @@ def submit_reserved(
     JobNotFound for a job an earlier attempt stored and someone deleted since. With
     ``conn``, the caller commits; on an autocommit connection (the web pool's) the
     statement commits itself, so what this call returns is stored.
+
+    ``traceparents``: each job's (its caller's OpenTelemetry producer span, made by the
+    caller; :mod:`jobq.jobs.group_commit` groups several callers); None: this call's own
+    producer span (:mod:`jobq.observe.tracing`) is every job's.
     """
     if not specs:
         return []
@@ -210,7 +218,9 @@ def submit_reserved(
     for spec in specs:
         spec.key_scope()  # InvalidArgument for a scope without a key
     rows = [spec.row() for spec in specs]
-    with connection(conn) as c:
+    own_span = tracing.producing(rows[0][QUEUE], len(rows)) if traceparents is None else contextlib.nullcontext()
+    with connection(conn) as c, own_span as traceparent:
+        traceparents = traceparents or [traceparent] * len(rows)
         if max_pending is not None:
             check_admission(c, max_pending)
         again = ids is not None
@@ -219,7 +229,7 @@ def submit_reserved(
                 ids = reserve_ids(len(rows), conn=c)
             assert ids is not None
             try:
-                jobs = _insert_reserved(c, rows, ids, again=again)
+                jobs = _insert_reserved(c, rows, ids, traceparents, again=again)
             except psycopg.errors.QueryCanceled:
                 raise  # cancelled: rolled back (the statement timeout stops before the commit)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -238,10 +248,12 @@ def reserve_ids(n: int, *, conn: Connection | None = None) -> list[int]:
     return list(row[1])
 
 
-def _insert_reserved(conn: Connection, rows: list[Row], ids: list[int], *, again: bool) -> list[Job] | None:
+def _insert_reserved(
+    conn: Connection, rows: list[Row], ids: list[int], traceparents: list[str | None], *, again: bool
+) -> list[Job] | None:
     """The jobs inserted (or, ``again``, found) under ``ids``; None if a first attempt
     inserted nothing because the sequence was restarted since ``ids`` were reserved."""
-    params = {"ids": ids, "last_id": max(ids), **_array_params(rows)}
+    params = {"ids": ids, "last_id": max(ids), "traceparents": traceparents, **_array_params(rows)}
     # (id, run_at, created_at) of the rows inserted now; again, an id already stored returns nothing
     statement = JOB_INSERT_RESERVED_IF_ABSENT if again else JOB_INSERT_RESERVED
     inserted = {row[0]: row for row in conn.execute(statement, params)}

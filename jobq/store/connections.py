@@ -29,6 +29,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobq.store.sql.counters import COUNTER_SLOT_TAKE
 from jobq.store.sql.database import DATABASE_PING
+from jobq.store.options import with_search_path, with_statement_timeout
+from jobq.store import session_settings
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
@@ -80,7 +82,7 @@ def connect(
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT,
             application_name=application_name,
-            **dead_connection_parameters(url, timeout),
+            **with_search_path(url, dead_connection_parameters(url, timeout), settings.current().db_schema),
         )
 
 
@@ -153,20 +155,6 @@ def dead_connection_parameters(url: str, timeout: float) -> dict[str, int | str]
     return parameters
 
 
-def with_statement_timeout(url: str, parameters: dict[str, int | str], seconds: float) -> dict[str, int | str]:
-    """``parameters`` (libpq's, as :func:`dead_connection_parameters` makes them for
-    ``url``) with the session's ``statement_timeout`` set to ``seconds`` (rounded to whole
-    milliseconds, at least 1) through ``options``, before the options already there and
-    the URL's own (else PGOPTIONS), which win. Pure: opens nothing.
-
-    A statement that runs longer is cancelled by the server (``QueryCanceled``), and
-    rolled back: in autocommit the timer stops before the statement's commit begins.
-    """
-    theirs = parameters.get("options", conninfo_to_dict(url).get("options", os.environ.get("PGOPTIONS", "")))
-    ours = f"-c statement_timeout={max(1, round(seconds * 1000))}"
-    return {**parameters, "options": f"{ours} {theirs}".strip()}
-
-
 def _dead_connection_timeout(value: float | None) -> float:
     return settings.current().dead_connection_timeout if value is None else value
 
@@ -234,7 +222,8 @@ class ProcessPool:
     Each is ended within about ``dead_connection_timeout`` seconds if its other end
     vanishes (:func:`dead_connection_parameters`; None: this process's setting, read
     when the pool opens). With a ``statement_timeout`` (seconds), each session's
-    statements are cancelled by the server past it (:func:`with_statement_timeout`), and
+    statements are cancelled by the server past it
+    (:func:`jobq.store.options.with_statement_timeout`), and
     a cancelled statement raises DatabaseUnavailable like a lost connection: nothing of
     it was committed.
     """
@@ -297,6 +286,7 @@ class ProcessPool:
                 parameters = dead_connection_parameters(self.url, timeout)
                 if self.statement_timeout is not None:
                     parameters = with_statement_timeout(self.url, parameters, self.statement_timeout)
+                parameters = with_search_path(self.url, parameters, settings.current().db_schema)
                 kwargs = {**self._connect_kwargs, **parameters}
                 self._pool = ConnectionPool(self.url, open=False, kwargs=kwargs, **self._options)  # type: ignore[arg-type]
                 self._pool.open(wait=False)
@@ -339,9 +329,13 @@ def close_default_pool() -> None:
 @contextlib.contextmanager
 def connection(conn: Connection | None = None) -> Iterator[Connection]:
     """The caller's connection as is (its transaction, its commit), or one from the
-    default pool whose work is committed when the block ends without an error."""
+    default pool whose work is committed when the block ends without an error. With
+    ``JOBQ_SCHEMA``, the caller's connection has jobq's ``search_path`` for the block
+    (:mod:`jobq.store.session_settings`); the pool's have it from the start."""
     if conn is not None:
-        with database_errors():
+        theirs = not isinstance(conn, _Connection)  # jobq's own sessions have its search_path already
+        schema = settings.current().db_schema if theirs else None
+        with database_errors(), session_settings.setting(conn, session_settings.SEARCH_PATH, schema):
             yield conn
         return
     with default_pool().connection() as pooled:

@@ -26,8 +26,12 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 
+from psycopg import sql
+
 from jobq.store.sql.migrations import (
     JOB_EXISTS_ANY,
+    MIGRATION_FUNCTIONS_PIN,
+    MIGRATION_FUNCTIONS_PIN_EXISTS,
     MIGRATION_GET_VERSION,
     MIGRATION_LIST_VERSIONS,
     MIGRATION_LOCK,
@@ -53,6 +57,12 @@ MIGRATIONS_TABLE_CREATE = (
     "version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
 )
 
+
+# The other DDL outside the files: the schema of JOBQ_SCHEMA, which the migrations create
+# their objects in (each of them spells names unqualified, through the search_path), so
+# it exists before the first of them.
+SCHEMA_CREATE = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}")
+SEARCH_PATH_SET = sql.SQL("SET search_path = {}")
 
 # The migrations that rewrite jobs (version: the statement that says whether jobs holds
 # a row), and the option of `jobq migrate` that allows them on a table that does.
@@ -115,8 +125,14 @@ def check_schema(conn: Connection) -> int:
     return max(applied)
 
 
-def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: int | None = None) -> list[Migration]:
+def migrate(
+    conn: Connection, *, namespace: int, schema: str | None = None, convert: bool = False, upto: int | None = None
+) -> list[Migration]:
     """Apply what is missing and return it. ``conn`` must be in autocommit mode.
+
+    ``schema`` (JOBQ_SCHEMA): created if missing and made ``conn``'s search_path, so that
+    every object lands there (None: the connection's own search_path, as before). After
+    the files, every jobq function gets its own search_path (schema 18 on).
 
     A conversion (:data:`CONVERSIONS`) of a table holding rows is applied only if
     ``convert``; otherwise the migrations before it are applied and
@@ -131,6 +147,9 @@ def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: in
     known = available()
     conn.execute(MIGRATION_LOCK, {"key": key})
     try:
+        if schema is not None:
+            conn.execute(SCHEMA_CREATE.format(sql.Identifier(schema)))
+            conn.execute(SEARCH_PATH_SET.format(sql.Identifier(schema)))
         conn.execute(MIGRATIONS_TABLE_CREATE)
         applied = applied_versions(conn)
         if max(applied, default=0) > known[-1].version:
@@ -146,6 +165,9 @@ def migrate(conn: Connection, *, namespace: int, convert: bool = False, upto: in
                 conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
             log.info("migration applied version=%s name=%s", migration.version, migration.name)
             done.append(migration)
+        (pins,) = conn.execute(MIGRATION_FUNCTIONS_PIN_EXISTS).fetchone()  # type: ignore[misc]
+        if done and pins:
+            conn.execute(MIGRATION_FUNCTIONS_PIN)
         return done
     finally:
         conn.execute(MIGRATION_UNLOCK, {"key": key})

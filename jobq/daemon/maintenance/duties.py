@@ -50,7 +50,8 @@ from jobq.observe import rollup
 from jobq.daemon import presence
 from jobq.daemon.maintenance import reaper
 from jobq.daemon import messages
-from jobq.daemon.listener import CONTROL_CHANNEL, Listener
+from jobq.daemon.listener import Listener
+from jobq.store.sql.database import CONTROL_CHANNEL_GET
 from jobq.daemon.maintenance.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import Connection
@@ -148,7 +149,7 @@ class Maintenance:
         except ConfigError as exc:  # the supervisor halts rather than respawn it
             log.error("maintenance.boot_failed reason=%s", exc)
             return EXIT_BOOT_ERROR
-        self.control = Listener(url, application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL)
+        self.control = Listener(url, application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL_GET)
         self.control.connect()
         closed = False  # the supervisor's end of the pipe closes when it dies
         while not self.stopping.is_set() and not closed and os.getppid() == parent:

@@ -33,6 +33,7 @@ from jobq.store.sql.schedules import (
 from jobq.jobs import leases
 from jobq.schedules.cron import Cron
 from jobq.store.connections import Connection
+from jobq.observe import tracing
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +121,11 @@ def _fire(
             leases.count_events(conn, OVERLAP_COUNTER, [(queue, job_type)] * skipped)
     inserted = []
     if slots:
-        inserted = conn.execute(
-            JOB_INSERT_SCHEDULED,
-            {"name": name, "slots": slots, "keys": [idempotency_key(name, slot) for slot in slots]},
-        ).fetchall()
+        with tracing.recorded_on(conn, queue, len(slots)):  # each firing a trace of its own
+            inserted = conn.execute(
+                JOB_INSERT_SCHEDULED,
+                {"name": name, "slots": slots, "keys": [idempotency_key(name, slot) for slot in slots]},
+            ).fetchall()
     following = cron.next_after(now)
     conn.execute(SCHEDULE_ADVANCE_IF_NEXT_RUN_AT, {
         "name": name, "was": next_run_at, "next_run_at": following,

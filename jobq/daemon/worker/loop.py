@@ -41,6 +41,7 @@ from jobq.jobs.leases import Claim
 from jobq.daemon import presence
 from jobq.daemon.worker import outcomes
 from jobq.handlers import execution
+from jobq.observe import tracing
 from jobq.daemon import messages
 from jobq.daemon.worker.flight import DEFER_RUNNING, Flight, InFlight, Outcome
 from jobq.daemon.boards.finished import FinishedArea
@@ -368,7 +369,7 @@ class WorkerLoop:
 
         # The claimed jobs are in flight before the session's lock is let go: a reconnect
         # in between would give back, as orphans, jobs this worker is about to run.
-        with self.session.lock:
+        with tracing.span("jobq claim", **{"jobq.claim.limit": limit}), self.session.lock:
             if self.in_flight.held():  # outcomes may be waiting (a job is let go once its outcome is written)
                 claimed = self.outcomes.write(self.session, also=claim_and_ask) or []
                 if asked:

@@ -25,6 +25,7 @@ from jobq.daemon.worker.flight import Flight, InFlight, Outcome, Taken
 from jobq.daemon.worker.session import ClaimSession
 from jobq.handlers.execution import RunResult
 from jobq.handlers.registry import Handler
+from jobq.observe import tracing
 from jobq.settings import Settings
 from jobq.store.connections import Connection
 
@@ -132,7 +133,8 @@ class OutcomeWriter:
                 return answer
 
             try:
-                answer = session.run(send)
+                with tracing.span("jobq outcomes", **{"jobq.outcomes": len(written.done) + len(written.failed)}):
+                    answer = session.run(send)
             except BaseException:
                 if taken is not None:
                     self.in_flight.returned(taken)
@@ -232,5 +234,6 @@ class OutcomeWriter:
             [o.delay for o in outcomes],  # type: ignore[union-attr]
             [o.result.seconds for o in outcomes],  # type: ignore[union-attr]
             max_retries=[o.max_retries for o in outcomes],  # type: ignore[union-attr]
+            spans=[o.result.span for o in outcomes],  # type: ignore[union-attr]
             lock_base=self.lock_base,
         )

@@ -33,7 +33,7 @@ JOB_CANCEL_IF_UNFINISHED = (
     "cancelled AS (UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = %(actor)s, "
     "lease = nextval('jobs_lease_seq') FROM target WHERE j.id = target.id AND j.status IN " + UNFINISHED + " "
     "RETURNING j.id, target.status AS was) "
-    "SELECT id, was, CASE WHEN was <> 'pending' THEN pg_notify('jobq_control', 'cancel ' || id) END FROM cancelled"
+    "SELECT id, was, CASE WHEN was <> 'pending' THEN pg_notify(jobq_control_channel(), 'cancel ' || id) END FROM cancelled"
 )
 
 # JOB_RUN_NOW_IF_SCHEDULED: pending jobs due in the future become due now, for some ids;

@@ -7,13 +7,22 @@ letters.
 Run by :mod:`jobq.jobs.dead_letters` (letters and groups), :mod:`jobq.jobs.operations`
 (a group's replay and discard, chunk by chunk), :mod:`jobq.observe.inspection` and
 :mod:`jobq.observe.metrics` (the waiting letters) and :mod:`jobq.store.retention`
-(DEAD_LETTER_DELETE_DIED_BEFORE). The retry of a dead job by its id is
+(DEAD_LETTER_DELETE_DIED_BEFORE), and by :mod:`jobq.jobs.dead_letters` for
+:mod:`jobq.contrib.sentry` (DEAD_LETTER_SIGNATURE_OF). The retry of a dead job by its id is
 :data:`jobq.store.sql.control.JOB_RETRY_IF_FINISHED_UNSUCCESSFULLY`.
 """
 
 from __future__ import annotations
 
 from jobq.store.sql.fragments import DEAD_LETTER_COLUMNS, JOB_COLUMNS
+
+# DEAD_LETTER_SIGNATURE_OF: the signature and group id a dead letter of this type and
+# error gets (what dead_letter_jobs_sign computes, migration 0005): for an error tracker's
+# grouping (jobq.contrib.sentry). Pure: no table, no lock.
+DEAD_LETTER_SIGNATURE_OF = (
+    "SELECT s.signature, left(md5(%(type)s || E'\\n' || s.signature), 16) "
+    "FROM (SELECT jobq_error_signature(%(error)s) AS signature) AS s"
+)
 
 # DEAD_LETTER_GET: one row by primary key.
 DEAD_LETTER_GET = "SELECT " + DEAD_LETTER_COLUMNS + " FROM dead_letter_jobs WHERE id = %(id)s"

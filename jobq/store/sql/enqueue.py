@@ -69,13 +69,14 @@ JOB_INSERT_MANY = KEYED_INSERT.format(
 # jobs_live_pkey). Guarded by the sequence: inserts nothing if the highest id (last_id) is
 # above what the sequence has handed out, i.e. it was restarted (TRUNCATE ... RESTART
 # IDENTITY) since the reservation and would hand those ids out again. Returns the
-# defaults the caller cannot know. Tags as in JOB_INSERT_MANY.
+# defaults the caller cannot know. Tags as in JOB_INSERT_MANY. Each job's traceparent is
+# given (the grouped POST /jobs: each request's own), never the session's default.
 JOB_INSERT_RESERVED_ROWS = (
-    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags) "
-    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[] "
+    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, traceparent) "
+    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[], traceparent "
     "FROM unnest(%(ids)b::bigint[], %(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
-    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], %(tags)b::text[]) "
-    "AS j(id, type, queue, payload, priority, max_retries, run_at, tags) "
+    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], %(tags)b::text[], "
+    "%(traceparents)b::text[]) AS j(id, type, queue, payload, priority, max_retries, run_at, tags, traceparent) "
 )
 JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
     "WHERE %(last_id)s::bigint <= (SELECT pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass)) "

@@ -34,3 +34,11 @@ JOB_EXISTS_ANY = "SELECT EXISTS (SELECT FROM jobs)"
 # MIGRATION_RECORD: one file applied, in the same transaction as its DDL; run under
 # MIGRATION_LOCK, and the primary key on version refuses a second record of a file.
 MIGRATION_RECORD = "INSERT INTO jobq_migrations (version, name) VALUES (%(version)s, %(name)s)"
+
+# MIGRATION_FUNCTIONS_PIN_EXISTS: whether jobq_functions_pin() exists (schema 18): a
+# catalog lookup, no lock.
+MIGRATION_FUNCTIONS_PIN_EXISTS = "SELECT to_regproc('jobq_functions_pin') IS NOT NULL"
+
+# MIGRATION_FUNCTIONS_PIN: every jobq function of the schema given its own search_path
+# (migration 0018); run under MIGRATION_LOCK after the files, for those a later file made.
+MIGRATION_FUNCTIONS_PIN = "SELECT jobq_functions_pin()"

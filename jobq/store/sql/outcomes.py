@@ -54,11 +54,13 @@ _FAILURES_SINCE_DEATH = (
 # dead_letter_jobs by the same statement (unique on original_id: never twice; a job that
 # dies again after an operator re-queued it by hand updates its dead letter). Guarded
 # by lease and status; releases the advisory locks of the batch. ``max_retries`` entries
-# that are not NULL override the row's (a handler's own limit).
+# that are not NULL override the row's (a handler's own limit). A run traced by
+# OpenTelemetry (jobq.observe.tracing) adds its span's traceparent to its errors entry
+# ('span'): a retry's span links to its first attempt's.
 JOB_FAIL_IF_LEASED = (
     "WITH o AS (SELECT * FROM unnest(%(ids)b::bigint[], %(leases)b::bigint[], %(errors)b::text[], "
-    "%(delays)b::float8[], %(max_retries)b::int[], %(elapsed)b::float8[], %(locked)b::bool[]) "
-    "AS o(id, lease, error, delay, max_retries, elapsed, locked)), "
+    "%(delays)b::float8[], %(max_retries)b::int[], %(elapsed)b::float8[], %(locked)b::bool[], %(spans)b::text[]) "
+    "AS o(id, lease, error, delay, max_retries, elapsed, locked, span)), "
     "failed AS (UPDATE jobs AS j SET "
     "status = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN 'pending' ELSE 'dead' END, "
     "attempt = CASE WHEN j.attempt < coalesce(o.max_retries, j.max_retries) THEN j.attempt + 1 ELSE j.attempt END, "
@@ -68,7 +70,8 @@ JOB_FAIL_IF_LEASED = (
     "error = o.error, heartbeat_at = now(), "
     "started_at = coalesce(j.started_at, now() - make_interval(secs => o.elapsed)), "
     "errors = j.errors || jsonb_build_array(jsonb_build_object("
-    "'attempt', j.attempt, 'error', o.error, 'worker_id', j.worker_id, 'at', now())) "
+    "'attempt', j.attempt, 'error', o.error, 'worker_id', j.worker_id, 'at', now()) "
+    "|| CASE WHEN o.span IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('span', o.span) END) "
     "FROM o WHERE " + BY_IDS + " AND j.id = o.id AND j.lease = o.lease AND " + BY_ID_IN_FLIGHT + " "
     "RETURNING j.id, j.type, j.queue, j.payload, j.priority, j.max_retries, j.error, j.attempt, "
     "j.errors, j.worker_id, j.status, j.run_at), "

@@ -39,7 +39,7 @@ QUEUE_PAUSE_IF_NOT_PAUSED = (
     "SELECT name, now(), %(actor)s, %(reason)s FROM unnest(%(names)b::text[]) AS n(name) "
     "ON CONFLICT (name) DO UPDATE SET paused_at = excluded.paused_at, paused_by = excluded.paused_by, "
     "reason = excluded.reason WHERE q.paused_at IS NULL RETURNING q.name) "
-    "SELECT name, pg_notify('jobq_control', 'pause ' || name) FROM paused"
+    "SELECT name, pg_notify(jobq_control_channel(), 'pause ' || name) FROM paused"
 )
 
 # QUEUE_RESUME_IF_PAUSED: resume some queues (all paused ones when %(names)s is NULL),
@@ -53,7 +53,7 @@ QUEUE_RESUME_IF_PAUSED = (
     "WHERE paused_at IS NOT NULL AND (%(names)b::text[] IS NULL OR name = ANY(%(names)b::text[])) RETURNING name), "
     "depth AS (SELECT r.name, (SELECT coalesce(sum(c.n), 0) FROM job_counters AS c "
     "WHERE c.queue = r.name AND c.name = 'pending')::bigint AS pending FROM resumed AS r) "
-    "SELECT name, pending, pg_notify('jobq_control', 'resume ' || name), "
+    "SELECT name, pending, pg_notify(jobq_control_channel(), 'resume ' || name), "
     "CASE WHEN pending > 0 THEN jobq_wake(ARRAY[name], ARRAY[pending]) END FROM depth"
 )
 

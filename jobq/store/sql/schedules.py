@@ -138,4 +138,4 @@ SCHEDULE_DELETE_ORPHANS = "DELETE FROM jobq_schedules AS s WHERE NOT " + _LIVE_D
 # CONTROL_NOTIFY_SCHEDULES: tell the maintenance leader (jobq_control) that a schedule was
 # created, changed or resumed, so that it looks again now rather than at its next tick.
 # Sent at commit.
-CONTROL_NOTIFY_SCHEDULES = "SELECT pg_notify('jobq_control', 'schedules')"
+CONTROL_NOTIFY_SCHEDULES = "SELECT pg_notify(jobq_control_channel(), 'schedules')"
