@@ -43,14 +43,17 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     unknown type) or a result that is not storable JSON is a failed run like any other.
     A run whose job was cancelled meanwhile (its view's flag; the handler got
     :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
-    returned.
+    returned. A run the worker stopped (its view's ``stopped``: the job is no longer its
+    own) is a failed run saying why, whatever it returned: the lease, if still its own,
+    records it as one.
     """
     started = time.monotonic()
     cancelled = False
+    view = view or context.Run(job.id)
     try:
         if handler is None:
             raise UnknownJobType(job.type)
-        context.begin(view or context.Run(job.id))
+        context.begin(view)
         try:
             if context.cancel_requested():  # cancelled between its claim and now
                 raise Cancelled()
@@ -61,7 +64,7 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
             cancelled = context.cancel_requested()
             context.end()
         if cancelled:
-            return RunResult(None, None, time.monotonic() - started, cancelled=True)
+            return _cancelled(view, started)
         try:
             result_json = storable_json(value)
         except (TypeError, ValueError) as exc:
@@ -70,16 +73,25 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     except Snooze as snooze:
         return RunResult(None, None, time.monotonic() - started, snooze=snooze.seconds)
     except Cancelled:
-        return RunResult(None, None, time.monotonic() - started, cancelled=True)
+        return _cancelled(view, started)
     except Exception as exc:
         if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
-            return RunResult(None, None, time.monotonic() - started, cancelled=True)
+            return _cancelled(view, started)
         # A payload the handler refused, or no handler at all: the message says it all.
         error = str(exc) if isinstance(exc, (UnknownJobType, BadPayload)) else _clip(traceback.format_exc())
         not_retried = handler.not_retried(exc) if handler is not None else None
         if not_retried is not None:
             error = f"not retried: {not_retried}\n{error}"
         return RunResult(None, error, time.monotonic() - started, type(exc).__name__, not_retried=not_retried)
+
+
+def _cancelled(view: context.Run, started: float) -> RunResult:
+    """A run ended by a cancel: an operator's (nothing to write but the cancel), or the
+    worker's own stop of a job no longer its own (a failed run, saying why)."""
+    seconds = time.monotonic() - started
+    if view.stopped is not None:
+        return RunResult(None, f"stopped by its worker: {view.stopped}", seconds, "Stopped")
+    return RunResult(None, None, seconds, cancelled=True)
 
 
 def _clip(text: str) -> str:

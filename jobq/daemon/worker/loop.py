@@ -45,6 +45,7 @@ from jobq.daemon import messages
 from jobq.daemon.worker.flight import DEFER_RUNNING, Flight, InFlight, Outcome
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.worker.heartbeat import Heartbeat
+from jobq.daemon.worker.lifeline import Lifeline
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.listener import Listener
@@ -125,6 +126,7 @@ class WorkerLoop:
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
         self.next_in: float | None | object = UNASKED
+        self.lifeline: Lifeline | None = None  # made in boot: a control signal may come first
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -179,6 +181,11 @@ class WorkerLoop:
         self.declare_schedules()
         self.listener = Listener(url, self.queues, application_name=f"jobq listener {self.worker_id}")
         self.listener.connect()
+        dead_after = self.settings.dead_connection_timeout  # 0: connections not watched
+        self.lifeline = lifeline = Lifeline(
+            self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
+        )
+        self.session.on_lost = lifeline.lose
         self.heartbeat = Heartbeat(
             self.session,
             self.in_flight,
@@ -186,11 +193,13 @@ class WorkerLoop:
             worker_id=self.worker_id,
             hostname=self.settings.hostname,
             queues=self.queues,
-            interval=self.settings.heartbeat_interval,
+            interval=lifeline.beat_interval(self.settings.heartbeat_interval),
             parent_pid=self.parent_pid,
             orphaned=self.orphaned,
+            lost=lifeline.lose,
         )
         self.heartbeat.start()
+        lifeline.start()
 
     def declare_schedules(self) -> None:
         """Record the periodic schedules the handler modules declared on this worker's row,
@@ -214,13 +223,13 @@ class WorkerLoop:
         would (a handler in a blocking call, e.g. sleep, is interrupted too). Jobs not
         started yet are only marked; the loop gives them back. (The jobs in flight
         record both without their lock: this frame may be on top of one holding it.)"""
-        if self.control is None:
-            return
-        try:
-            arrived, _ = self.control.read()
-        except ValueError:
-            return  # garbage on the pipe: nothing we can act on
-        interrupt = False
+        interrupt = self.lifeline is not None and self.lifeline.interrupting()  # its own stop of a job not its own
+        arrived: list[messages.Message] = []
+        if self.control is not None:
+            try:
+                arrived, _ = self.control.read()
+            except ValueError:
+                pass  # garbage on the pipe: nothing we can act on
         for message in arrived:
             if isinstance(message, messages.Cancel):
                 interrupt = self.in_flight.request_cancel(message.job_id) or interrupt
@@ -254,6 +263,7 @@ class WorkerLoop:
             unrecorded = len(self.in_flight.held())
             log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
         self.heartbeat.stop()
+        self.lifeline.stop()  # type: ignore[union-attr]  # made in boot, before anything leaves
         self.listener.close()
         self.session.close()
 
