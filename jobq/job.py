@@ -86,6 +86,9 @@ class Job(_Row):
     scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
     snoozes: int = 0  # times its handler raised jobq.Snooze (no attempt counted for them)
     unique_while: str = "always"  # how long idempotency_key keeps another job out (jobq.spec)
+    # A cancelled job whose handler had finished before the cancel committed (its result,
+    # in ``result``, was still in its worker's buffer): when the handler finished.
+    handler_finished_at: datetime | None = None
 
 
 @dataclasses.dataclass(slots=True)
