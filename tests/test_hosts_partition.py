@@ -12,15 +12,12 @@ a margin. So a job re-run elsewhere never runs at the same time as its first run
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
 import pytest
 
 import jobq
 from jobq.store.keepalive import SERVER_MARGIN
-from support import ledger, netns
+from support import ledger
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.chaos, pytest.mark.hosts]
@@ -30,25 +27,6 @@ GRACE = 2.0  # JOBQ_CANCEL_GRACE
 SERVER_DEAD = DEAD + GRACE + SERVER_MARGIN  # when the server ends a cut-off host's sessions
 SLACK = 15.0  # a loaded machine: deadlines are generous, never a measure of speed
 SETTINGS = {"JOBQ_DEAD_CONNECTION_TIMEOUT": f"{DEAD:g}", "JOBQ_CANCEL_GRACE": f"{GRACE:g}"}
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[netns.Cluster]:
-    netns.require()
-    made = netns.Cluster(tmp_path, hosts=3)
-    try:
-        made.up()
-        yield made
-    finally:
-        made.down()
-
-
-def running_by_host(path: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for run in ledger.runs(path):
-        if run.ended is None:
-            counts[run.host] = counts.get(run.host, 0) + 1
-    return counts
 
 
 def test_long_jobs_cut_off_mid_run_by_partitions_never_overlap_and_all_finish_once(cluster, tmp_path):
@@ -71,7 +49,7 @@ def test_long_jobs_cut_off_mid_run_by_partitions_never_overlap_and_all_finish_on
             jobq.enqueue_many([{"type": "held", "payload": {"seconds": 6}}] * (3 * workers), conn=conn)
             enqueued += 3 * workers
             wait_for(lambda: len(ledger.runs(path)) >= started + 3 * workers, 60, "a job running on every worker")
-            running = running_by_host(path)
+            running = ledger.running_by_host(ledger.runs(path))
             cut = (cluster.hosts[a], cluster.hosts[b])
             cut_off += sum(running.get(host.name, 0) for host in cut)
             for host in cut:

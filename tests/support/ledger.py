@@ -76,3 +76,8 @@ def overlapping(all_runs: list[Run], now: float | None = None) -> list[tuple[Run
 
 def per_host(all_runs: list[Run]) -> Counter[str]:
     return Counter(run.host for run in all_runs)
+
+
+def running_by_host(all_runs: list[Run]) -> Counter[str]:
+    """The runs without an end (running, or killed), by host."""
+    return Counter(run.host for run in all_runs if run.ended is None)
