@@ -65,9 +65,8 @@ class ClaimSession:
         # to their end, so that the heartbeat never sees a written job as still in flight.
         self.lock = threading.RLock()
         # For dead_for (read without the lock by the lifeline): when the last call that
-        # went through was sent (monotonic), and how many calls are out now (nested: RLock).
+        # went through was sent (monotonic).
         self.answered_sent = time.monotonic()
-        self.asking = 0
         # Told of jobs whose lease a reconnect found changed (the worker's lifeline).
         self.on_lost: Callable[[int, str], object] = lambda job_id, reason: None
 
@@ -98,54 +97,49 @@ class ClaimSession:
         reconnect, re-lock, and call again with ``retried=True``, until it goes through
         or the worker stops (DatabaseUnavailable)."""
         with self.lock:
-            self.asking += 1
-            try:
-                return self._run(call)
-            finally:
-                self.asking -= 1
+            retried = False
+            unsure = 0  # retries after errors that did not say the connection was lost
+            again = 0  # retries after a change made meanwhile (leases.changed_meanwhile)
+            while True:
+                reconnecting = self.conn is None or self.conn.closed
+                sent = time.monotonic()
+                try:
+                    if reconnecting:
+                        self._reconnect()  # inside the retry: the connection may drop while re-locking
+                    answer = call(self.conn, retried)  # type: ignore[arg-type]
+                    self.answered_sent = sent
+                    return answer
+                except (psycopg.IntegrityError, psycopg.errors.SerializationFailure) as exc:
+                    if not leases.changed_meanwhile(exc) or again >= leases.WRITE_AGAIN_RETRIES:
+                        raise
+                    again += 1
+                    # Partitions moving under a write are routine under load (a claim's
+                    # candidate finished elsewhere): DEBUG; a key taken meanwhile is rare: INFO.
+                    level = logging.DEBUG if connections.moved_meanwhile(exc) else logging.INFO
+                    log.log(level, "worker.changed_meanwhile worker=%s error=%s: written again", self.worker_id,
+                            connections.first_line(exc))
+                    assert self.conn is not None
+                    if reconnecting:
+                        self.conn.close()  # the reconnect did not finish: start it again
+                    elif self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                        self.conn.rollback()
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if self.conn is not None and not self.conn.broken and not self.conn.closed:
+                        if not connection_lost(exc) or unsure >= UNSURE_RETRIES:
+                            raise  # an error of the statement itself, not of the connection
+                        unsure += 1
+                    log.warning("worker.connection_lost worker=%s error=%s", self.worker_id, connections.first_line(exc))
+                    self.conn.close()
+                    retried = True
 
     def dead_for(self) -> float:
-        """Seconds the connection has been dead, as far as this worker can tell: while a
-        call is out (sent, unanswered, or retrying on new connections), the time since
-        the last call that went through was sent (no later than the server last heard
-        from this session); 0 while no call is out. Lock-free, for the lifeline."""
-        return time.monotonic() - self.answered_sent if self.asking else 0.0
-
-    def _run(self, call: Callable[[psycopg.Connection, bool], T]) -> T:
-        retried = False
-        unsure = 0  # retries after errors that did not say the connection was lost
-        again = 0  # retries after a change made meanwhile (leases.changed_meanwhile)
-        while True:
-            reconnecting = self.conn is None or self.conn.closed
-            sent = time.monotonic()
-            try:
-                if reconnecting:
-                    self._reconnect()  # inside the retry: the connection may drop while re-locking
-                answer = call(self.conn, retried)  # type: ignore[arg-type]
-                self.answered_sent = sent
-                return answer
-            except (psycopg.IntegrityError, psycopg.errors.SerializationFailure) as exc:
-                if not leases.changed_meanwhile(exc) or again >= leases.WRITE_AGAIN_RETRIES:
-                    raise
-                again += 1
-                # Partitions moving under a write are routine under load (a claim's
-                # candidate finished elsewhere): DEBUG; a key taken meanwhile is rare: INFO.
-                level = logging.DEBUG if connections.moved_meanwhile(exc) else logging.INFO
-                log.log(level, "worker.changed_meanwhile worker=%s error=%s: written again", self.worker_id,
-                        connections.first_line(exc))
-                assert self.conn is not None
-                if reconnecting:
-                    self.conn.close()  # the reconnect did not finish: start it again
-                elif self.conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-                    self.conn.rollback()
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if self.conn is not None and not self.conn.broken and not self.conn.closed:
-                    if not connection_lost(exc) or unsure >= UNSURE_RETRIES:
-                        raise  # an error of the statement itself, not of the connection
-                    unsure += 1
-                log.warning("worker.connection_lost worker=%s error=%s", self.worker_id, connections.first_line(exc))
-                self.conn.close()
-                retried = True
+        """Seconds since the last call that went through was sent (no later than the
+        server last heard from this session): how long the connection may have been
+        dead. The heartbeat sends a call at least every third of the dead-connection
+        timeout, so a live session stays well under it; over it, a call is out and
+        unanswered (or retrying on new connections), or the whole process was frozen
+        (a paused VM). Lock-free, for the lifeline."""
+        return time.monotonic() - self.answered_sent
 
     def _reconnect(self) -> None:
         if self.conn is not None:
