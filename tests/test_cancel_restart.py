@@ -90,25 +90,30 @@ def test_every_cancel_acknowledged_around_two_restarts_stops_its_handler_within_
     canceller.start()
     try:
         for at in RESTART_AT:
-            wait_for(lambda: len(canceller.acked) >= at, 120, f"{at} cancels acknowledged")
+            # Not a failure if it never comes: workers kept busy by handlers never stopped
+            # leave nothing new to cancel, and the assertions below say why.
+            deadline = time.monotonic() + 60
+            while len(canceller.acked) < at and time.monotonic() < deadline:
+                time.sleep(0.05)
             own_postgres.stop(mode="immediate")
             own_postgres.start()
-        canceller.join(timeout=180)
-        assert len(canceller.acked) >= CANCELS, f"only {len(canceller.acked)} cancels acknowledged"
+        canceller.join(timeout=60)  # (handlers never stopped would keep every worker busy: fewer cancels)
     finally:
         canceller.done.set()
+        canceller.join(timeout=10)
     time.sleep(GRACE + 1)  # every handler cancelled has had its grace
 
     runs = {run.job_id: run for run in ledger.runs(path) if run.job_id in canceller.acked}
     late = {job_id: (run.ended or time.time()) - canceller.acked[job_id]
             for job_id, run in runs.items() if (run.ended or time.time()) > canceller.acked[job_id] + GRACE}
-    delays = sorted(max(0.0, run.ended - canceller.acked[job_id]) for job_id, run in runs.items() if run.ended)
+    delays = sorted(max(0.0, run.ended - canceller.acked[job_id]) for job_id, run in runs.items() if run.ended) or [0.0]
     print(f"\ncancels acknowledged {len(canceller.acked)} (failed while down: {canceller.failures}), "
           f"handlers started {len(runs)}, ended {len(delays)}, "
           f"ack -> handler end: median {delays[len(delays) // 2]:.3f} s, max {delays[-1]:.3f} s; "
           f"missed cancels found after reconnect: {d.log().count('maintenance.missed_cancels')}, "
           f"stopped by a lost lease: {d.log().count('its lease was taken away; its handler is stopped')}")
     assert late == {}, f"handlers running past JOBQ_CANCEL_GRACE after an acknowledged cancel: {late}"
+    assert len(canceller.acked) >= CANCELS, f"only {len(canceller.acked)} cancels acknowledged"
     with psycopg.connect(url, autocommit=True) as conn:
         statuses = dict(conn.execute("SELECT status, count(*) FROM jobs WHERE id = ANY(%s) GROUP BY status",
                                      (list(canceller.acked),)).fetchall())

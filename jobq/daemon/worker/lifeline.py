@@ -108,9 +108,11 @@ class Lifeline(threading.Thread):
         (Cancelled raised in it through the worker's control signal; killed after the
         grace). True if a handler was stopped now. Any thread but a signal handler."""
         flight = self.in_flight.running()
-        if flight is None or flight.job_id != job_id or flight.run is None or flight.run.stopped is not None:
+        if flight is None or flight.job_id != job_id or flight.run is None:
             return False
-        with self._lock:
+        with self._lock:  # the heartbeat and this thread may both find it lost
+            if flight.run.stopped is not None:
+                return False
             flight.run.stopped = reason
             flight.run.cancel_requested = True
             self._stopped = (flight, time.monotonic())
