@@ -3,11 +3,12 @@
 #   make test   the whole test suite (what CI runs), in parallel
 #   make docs   the documentation site into site/ (mkdocs --strict, offline)
 #   make screenshots   every dashboard page photographed into docs/screenshots (chromium)
+#   make test-hosts  the three-hosts harness alone (network namespaces: root and iproute2)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
-AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry
+AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry hosts
 # The suite runs in this many pytest-xdist processes, each on a PostgreSQL database of its
 # own (tests/support/db.py). Much of it waits on subprocesses, so more processes than
 # cores: measured on 2 cores, 3 is faster than 2 or 4 (README's "Tests").
@@ -15,6 +16,7 @@ AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows
 TEST_PROCESSES ?= 3
 
 .PHONY: run test docs browser screenshots $(addprefix test-,$(AREAS)) coverage clean
+.PHONY: run test docs browser iproute2 $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +40,8 @@ test: $(BIN)/python
 	rm -rf build  # setuptools keeps modules moved or deleted since the last build there
 	@case "$(PYTEST_ARGS)" in *"not dashboard"*) ;; *-m*dashboard*) $(MAKE) --no-print-directory browser ;; \
 	  *-m*) ;; *) $(MAKE) --no-print-directory browser ;; esac
+	@case "$(PYTEST_ARGS)" in *"not hosts"*) ;; *-m*hosts*|*-m*chaos*) $(MAKE) --no-print-directory iproute2 ;; \
+	  *-m*) ;; *) $(MAKE) --no-print-directory iproute2 ;; esac
 	$(BIN)/python -m pip install --quiet '.[test]'
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load $(PYTEST_ARGS)
 
@@ -59,6 +63,20 @@ browser:
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; }; \
 	else \
 	  echo "make test: the dashboard's browser tests need chromium and chromedriver: run 'sudo apt-get install chromium chromium-driver' (or skip them: make test PYTEST_ARGS='-m \"not dashboard\"')" >&2; \
+	  exit 1; \
+	fi
+
+# The hosts harness (tests/support/netns.py) makes network namespaces with iproute2's ip,
+# as root. Installed with apt-get when missing (as root); otherwise one line says what to
+# do. Without root its tests fail saying why: they never count as passed.
+iproute2:
+	@if command -v ip >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make test: installing iproute2 for the hosts harness"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iproute2 >/dev/null; }; \
+	else \
+	  echo "make test: the hosts harness needs root and iproute2: run 'sudo apt-get install iproute2' and the tests as root (or skip them: make test PYTEST_ARGS='-m \"not hosts\"')" >&2; \
 	  exit 1; \
 	fi
 

@@ -94,6 +94,9 @@ class Job(_Row):
     parent_failures: dict[str, str] | None = None
     # The W3C traceparent of the span that enqueued it (jobq.observe.tracing); not shown by the API.
     traceparent: str | None = dataclasses.field(default=None, metadata={"private": True})
+    # A cancelled job whose handler had finished before the cancel committed (its result,
+    # in ``result``, was still in its worker's buffer): when the handler finished.
+    handler_finished_at: datetime | None = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -52,8 +52,6 @@ DEFAULT_MAX_SNOOZES = 100  # past this, a job's snooze is a failed run
 # Missed slots a schedule with catch_up="all" enqueues at most (the latest ones).
 DEFAULT_CATCH_UP_MAX = 100
 DEFAULT_CLAIM_BATCH = 50
-# A connection whose other end vanished without a word (a host lost, a network path cut)
-# is ended on both sides within about this long: keepalives and tcp_user_timeout (jobq.store.connections).
 DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
@@ -178,9 +176,12 @@ class Settings(BaseModel):
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
     """Most jobs a worker claims in one round trip while jobs are short."""
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
-    """A connection whose other end vanished without a word is ended, by jobq and by the
-    server, within about this long (keepalive probes after a third of it idle, then
-    every sixth; `tcp_user_timeout` of all of it); at least 1, or 0 for the system
+    """A connection whose other end vanished without a word is ended by jobq within about
+    this long (keepalive probes after a third of it idle, then every sixth;
+    `tcp_user_timeout` of all of it), and a worker whose database connection has been
+    dead this long stops its running handlers (killed after `JOBQ_CANCEL_GRACE`); the
+    server is asked to end it after this + `JOBQ_CANCEL_GRACE` + 5 s, so that a job is
+    taken back only once its handler has stopped. At least 1, or 0 for the system
     defaults."""
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION

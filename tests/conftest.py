@@ -25,7 +25,7 @@ from psycopg import conninfo, sql
 from jobq.settings import Settings
 from jobq.store import connections
 from jobq.store.embedded import EmbeddedPostgres
-from support import db
+from support import db, netns
 from support.daemon import Daemon
 from web.app import create_app
 from web.context import api
@@ -172,3 +172,17 @@ def make_app(conn: psycopg.Connection, database_url: str) -> Iterator:
 def client(make_app: Any) -> FlaskClient:
     """A test client of an app with default settings (no token, no admission limit)."""
     return make_app().test_client()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[netns.Cluster]:
+    """Three hosts for real (support.netns): PostgreSQL in a network namespace of its own,
+    each host a namespace of its own; the test starts their supervisors. Fails, saying
+    why, without root or iproute2."""
+    netns.require()
+    made = netns.Cluster(tmp_path, hosts=3)
+    try:
+        made.up()
+        yield made
+    finally:
+        made.down()

@@ -33,7 +33,7 @@ from support.daemon import FAST, worker_pids, worker_pids_of_session
 from support.db import TRUNCATE, advisory_locks, migrated_instance, scalar
 from support.ports import free_port
 from support.waiting import wait_for
-from jobq.store import connections
+from jobq.store import connections, keepalive
 from jobq.store import locks
 from jobq.store.embedded import EmbeddedPostgres
 from web.pool import web_pool
@@ -45,8 +45,10 @@ pytestmark = [
 ]
 
 DEAD = 3  # JOBQ_DEAD_CONNECTION_TIMEOUT for these tests: keepalive idle 1 s, interval 1 s, user timeout 3 s
+GRACE = 1  # JOBQ_CANCEL_GRACE for these tests
+SERVER_DEAD = DEAD + GRACE + keepalive.SERVER_MARGIN  # what the server is asked to wait: 9 s
 STALE = float(FAST["JOBQ_STALE_THRESHOLD"])
-KEEPALIVE_TIME = DEAD + 1  # the server drops a silent client at the first keepalive probe past DEAD
+KEEPALIVE_TIME = SERVER_DEAD + 1  # the server drops a silent client at the first keepalive probe past SERVER_DEAD
 SLACK = 5.0  # scheduling on a loaded machine: deadlines are generous, never a measure of speed
 SERVER_SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout",
                    "client_connection_check_interval")
@@ -186,20 +188,22 @@ def client_socket_options(conn: psycopg.Connection) -> dict[str, int]:
         }
 
 
-ASKED = {  # what JOBQ_DEAD_CONNECTION_TIMEOUT=3 asks of each session
-    "tcp_keepalives_idle": 1,
+ASKED = {  # what JOBQ_DEAD_CONNECTION_TIMEOUT=3 with JOBQ_CANCEL_GRACE=1 asks of each session: 9 s
+    "tcp_keepalives_idle": 3,
     "tcp_keepalives_interval": 1,
-    "tcp_keepalives_count": connections.KEEPALIVE_PROBES,
-    "tcp_user_timeout": 3000,
+    "tcp_keepalives_count": keepalive.KEEPALIVE_PROBES,
+    "tcp_user_timeout": 9000,
     "client_connection_check_interval": 1000,
 }
-ASKED_OF_THE_CLIENT = {"keepalive": 1, "idle": 1, "interval": 1, "count": connections.KEEPALIVE_PROBES, "user_timeout_ms": 3000}
+ASKED_OF_THE_CLIENT = {"keepalive": 1, "idle": 1, "interval": 1, "count": keepalive.KEEPALIVE_PROBES, "user_timeout_ms": 3000}
 
 
 @pytest.fixture
 def dead_connection_setting(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """JOBQ_DEAD_CONNECTION_TIMEOUT=3 in this process's settings, for the test only."""
+    """JOBQ_DEAD_CONNECTION_TIMEOUT=3 and JOBQ_CANCEL_GRACE=1 in this process's settings,
+    for the test only."""
     monkeypatch.setenv("JOBQ_DEAD_CONNECTION_TIMEOUT", str(DEAD))
+    monkeypatch.setenv("JOBQ_CANCEL_GRACE", str(GRACE))
     jobq.settings.reset()
     yield
     jobq.settings.reset()
@@ -211,7 +215,7 @@ def test_every_connection_jobq_opens_over_tcp_asks_both_ends_to_drop_a_vanished_
     with connections.connect(proxy.url()) as conn:  # the claim session's, the listener's, maintenance's, the CLI's
         assert server_settings(conn) == ASKED
         assert client_socket_options(conn) == ASKED_OF_THE_CLIENT
-        assert conn.execute("SHOW tcp_keepalives_idle").fetchone() == ("1",)
+        assert conn.execute("SHOW tcp_keepalives_idle").fetchone() == ("3",)
         assert conn.execute("SHOW client_connection_check_interval").fetchone() == ("1s",)
     monkeypatch.setenv("DATABASE_URL", proxy.url())
     connections.close_default_pool()
@@ -247,10 +251,12 @@ def test_zero_turns_it_off(proxy):
         assert client_socket_options(conn)["user_timeout_ms"] == 0
 
 
-def test_a_server_that_refuses_the_check_interval_gets_the_keepalives_without_it(proxy, monkeypatch):
+def test_a_server_that_refuses_the_check_interval_gets_the_keepalives_without_it(proxy, monkeypatch,
+                                                                                 dead_connection_setting):
     # PostgreSQL 13 knows no client_connection_check_interval and refuses the
     # connection; a setting this server knows no more of stands in for it.
-    monkeypatch.setattr(connections, "CHECK_INTERVAL", "jobq_test_unknown_setting")
+    monkeypatch.setattr(keepalive, "CHECK_INTERVAL", "jobq_test_unknown_setting")  # asked for
+    monkeypatch.setattr(connections, "CHECK_INTERVAL", "jobq_test_unknown_setting")  # and left out when refused
     monkeypatch.setattr(connections, "_refuses_check_interval", set())
     for _ in range(2):  # the second connects at once without it
         with connections.connect(proxy.url(), dead_connection_timeout=DEAD) as conn:
@@ -262,12 +268,14 @@ def test_a_server_that_refuses_the_check_interval_gets_the_keepalives_without_it
 def test_a_blackholed_worker_loses_its_session_and_its_job_comes_back_and_completes_once(
     tcp_postgres, proxy, watch, daemon
 ):
-    """The worker's network path dies mid-job, silently. The server ends the vanished
-    session within the dead-connection timeout, which frees the job's advisory lock;
-    a second supervisor's stale reaper takes the job back within keepalive time + stale
-    threshold; it completes once. Once the path is back, the first worker reconnects."""
+    """The worker's network path dies mid-job, silently. The worker stops its handler
+    once its connection has been dead for the dead-connection timeout; the server ends
+    the vanished session later (timeout + grace + margin), which frees the job's
+    advisory lock; a second supervisor's stale reaper takes the job back within that
+    keepalive time + stale threshold; it completes once. Once the path is back, the
+    first worker reconnects."""
     job = jobq.enqueue("ledger_slow_first", {"seconds": 60}, conn=watch)  # a first run that outlives the test
-    settings = {"JOBQ_DEAD_CONNECTION_TIMEOUT": str(DEAD), "JOBQ_GRACEFUL_TIMEOUT": "1"}
+    settings = {"JOBQ_DEAD_CONNECTION_TIMEOUT": str(DEAD), "JOBQ_CANCEL_GRACE": str(GRACE), "JOBQ_GRACEFUL_TIMEOUT": "1"}
     blackholed = daemon(1, url=proxy.url(), **settings)
     wait_for(lambda: jobq.get(job.id, conn=watch).status == "running" and job.id in advisory_locks(watch), 30,
              "the job running through the proxy")
@@ -294,14 +302,18 @@ def test_a_blackholed_worker_loses_its_session_and_its_job_comes_back_and_comple
             seen["done"] = now
         if "worker noticed" not in seen and "worker.connection_lost" in blackholed.log():
             seen["worker noticed"] = now
+        if "handler stopped" not in seen and f"job.stopped id={job.id} " in blackholed.log():
+            seen["handler stopped"] = now
         time.sleep(0.05)
-    print(f"\nblackhole | " + " | ".join(f"{event} after {at:.2f} s" for event, at in seen.items()))
+    print("\nblackhole | " + " | ".join(f"{event} after {at:.2f} s" for event, at in seen.items()))
 
     assert seen.get("session ended", 1e9) <= KEEPALIVE_TIME + SLACK  # vs about two hours without keepalives
     assert seen.get("lock freed", 1e9) <= KEEPALIVE_TIME + SLACK
     assert seen.get("back", 1e9) <= KEEPALIVE_TIME + STALE + SLACK
     assert "done" in seen
     assert seen.get("worker noticed", 1e9) <= KEEPALIVE_TIME + SLACK  # its own claim session, not hung for minutes
+    # Its first run was stopped before the server freed the lock: never two runs at once.
+    assert seen.get("handler stopped", 1e9) < seen["session ended"] and seen["handler stopped"] <= DEAD + SLACK
     finished = jobq.get(job.id, conn=watch)
     assert finished.attempt == 1 and [e["error"] for e in finished.errors] == ["worker lost"]
     ran = watch.execute("SELECT pid FROM test_ledger WHERE job_id = %s", (job.id,)).fetchall()

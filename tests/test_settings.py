@@ -5,7 +5,7 @@ import pytest
 
 import jobq.settings
 from jobq.errors import ConfigError
-from jobq.store import connections
+from jobq.store import keepalive
 from jobq.settings import DEFAULT_DEAD_CONNECTION_TIMEOUT, DEFAULT_POLL_INTERVAL, Settings
 
 pytestmark = pytest.mark.unit
@@ -84,32 +84,37 @@ def test_retention_keeps_a_bounded_number_of_partitions():
 def test_a_vanished_peer_is_dropped_within_30_s_by_default_on_both_sides():
     timeout = Settings.from_env({}).dead_connection_timeout
     assert timeout == DEFAULT_DEAD_CONNECTION_TIMEOUT == 30
-    parameters = connections.dead_connection_parameters("postgresql://db.example/app", timeout)
+    parameters = keepalive.dead_connection_parameters("postgresql://db.example/app", timeout)
     options = parameters.pop("options")
     # client: first probe after 10 s idle, then every 5 s; unacknowledged data for 30 s
     assert parameters == {
         "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": 30000,
     }
-    # server: the same for the session, and a running statement checks its client every 5 s
-    assert options.split() == [
-        "-c", "tcp_keepalives_idle=10", "-c", "tcp_keepalives_interval=5", "-c", "tcp_keepalives_count=3",
-        "-c", "tcp_user_timeout=30000", "-c", "client_connection_check_interval=5000",
+    # server: the same rule for the session, over 30 s + the cancel grace (10 s) + the margin (5 s);
+    # a running statement checks its client every 5 s
+    assert keepalive.server_dead_connection_timeout(timeout) == 45
+    parameters = keepalive.dead_connection_parameters("postgresql://db.example/app", timeout, 45)
+    assert parameters["options"].split() == [
+        "-c", "tcp_keepalives_idle=15", "-c", "tcp_keepalives_interval=7", "-c", "tcp_keepalives_count=3",
+        "-c", "tcp_user_timeout=45000", "-c", "client_connection_check_interval=5000",
     ]
+    # without a server timeout given, both sides get the same
+    assert options.split()[1] == "tcp_keepalives_idle=10"
 
 
 def test_a_zero_dead_connection_timeout_sets_nothing():
     assert Settings.from_env({"JOBQ_DEAD_CONNECTION_TIMEOUT": "0"}).dead_connection_timeout == 0
-    assert connections.dead_connection_parameters("postgresql://db.example/app", 0) == {}
+    assert keepalive.dead_connection_parameters("postgresql://db.example/app", 0) == {}
 
 
 def test_what_the_url_sets_wins_and_its_options_come_last(monkeypatch):
     monkeypatch.setenv("PGOPTIONS", "-c from_the_environment=1")
     url = "host=db.example keepalives_idle=60 options='-c search_path=app'"
-    parameters = connections.dead_connection_parameters(url, 6)
+    parameters = keepalive.dead_connection_parameters(url, 6)
     assert "keepalives_idle" not in parameters and parameters["keepalives_interval"] == 1
     assert parameters["options"].startswith("-c tcp_keepalives_idle=2 ")
     assert parameters["options"].endswith(" -c search_path=app")
-    assert connections.dead_connection_parameters("host=db.example", 6)["options"].endswith(" -c from_the_environment=1")
+    assert keepalive.dead_connection_parameters("host=db.example", 6)["options"].endswith(" -c from_the_environment=1")
 
 
 def test_missing_database_url_is_a_config_error():

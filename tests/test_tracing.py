@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from support.daemon import TESTS_DIR

@@ -322,7 +322,8 @@ def test_retention_removes_a_workflow_with_its_last_job(conn):
     gone, kept = (jobq.Workflow(name=n) for n in ("gone", "kept"))
     for wf in (gone, kept):
         wf.add("wf_step", after=[wf.add("wf_step")])
-    gone_run, kept_run = gone.enqueue(conn=conn), kept.enqueue(conn=conn)
+    gone_run = gone.enqueue(conn=conn)
+    kept.enqueue(conn=conn)
     conn.execute("UPDATE jobq_workflows SET created_at = now() - interval '2 hours'")
     # The jobs of one are gone (as a dropped partition takes them: no trigger fires).
     conn.execute("ALTER TABLE jobs DISABLE TRIGGER USER")

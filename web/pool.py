@@ -13,7 +13,7 @@ crashed server's kernel closes the socket), and an idle connection's socket has
 nothing to read otherwise. Only a connection whose socket is readable costs a round
 trip to check, not every request. A server that vanished without a word (a lost
 host, a cut network path) sends nothing: the connection's keepalives end it within
-``JOBQ_DEAD_CONNECTION_TIMEOUT`` (:func:`jobq.store.connections.dead_connection_parameters`), and
+``JOBQ_DEAD_CONNECTION_TIMEOUT`` (:func:`jobq.store.keepalive.dead_connection_parameters`), and
 its socket then reads as disturbed too.
 
 Every session runs its statements under a statement timeout

@@ -87,6 +87,7 @@ class Listener:
         self._next_attempt = 0.0
         self._encoding = "utf-8"
         self._backoff = connections.ReconnectDelay()
+        self.connects = 0  # successful connects so far: a caller sees a reconnect by it
 
     def connect(self) -> bool:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
@@ -103,6 +104,7 @@ class Listener:
             self._drop(exc)
             return False
         self._backoff.reset()
+        self.connects += 1
         return True
 
     def wait(self, timeout: float, wake_fds: Sequence[int] = (), waking: Waking = EVERYONE) -> None:

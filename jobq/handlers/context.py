@@ -44,6 +44,9 @@ class Run:
 
     job_id: int
     cancel_requested: bool = False  # set by whoever heard the cancel; read by the handler
+    # Why the worker stopped the run, its job no longer its own (lease taken, connection
+    # dead): set with cancel_requested, the run is a failed one with this reason, not a cancel.
+    stopped: str | None = None
     progress: Progress | None = None  # the handler's latest call of jobq.progress
     calls: int = 0
     workflow_id: int | None = None  # the workflow whose step this is (jobq.spawn adds to it)

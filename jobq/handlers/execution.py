@@ -63,7 +63,10 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     unknown type) or a result that is not storable JSON is a failed run like any other.
     A run whose job was cancelled meanwhile (its view's flag; the handler got
     :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
-    returned. With OpenTelemetry, the run is a consumer span (:mod:`jobq.observe.tracing`).
+    returned. A run the worker stopped (its view's ``stopped``: the job is no longer its
+    own) is a failed run saying why, whatever it returned: the lease, if still its own,
+    records it as one. With OpenTelemetry, the run is a consumer span
+    (:mod:`jobq.observe.tracing`).
     """
     with tracing.processing(job) as span:
         result = _run(job, handler, view)
@@ -74,10 +77,10 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
     """:func:`run`, inside its consumer span."""
     started = time.monotonic()
     cancelled = False
+    view = view or context.Run(job.id)
     try:
         if handler is None:
             raise UnknownJobType(job.type)
-        view = view or context.Run(job.id)
         view.workflow_id = job.workflow_id
         context.begin(view)
         try:
@@ -90,7 +93,7 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
             cancelled = context.cancel_requested()
             context.end()
         if cancelled:
-            return RunResult(None, None, time.monotonic() - started, cancelled=True)
+            return _cancelled(view, started)
         try:
             result_json = storable_json(value if not view.spawned else {SPAWN: view.spawned, RESULT: value})
         except (TypeError, ValueError) as exc:
@@ -99,11 +102,11 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
     except Snooze as snooze:
         return RunResult(None, None, time.monotonic() - started, snooze=snooze.seconds)
     except Cancelled:
-        return RunResult(None, None, time.monotonic() - started, cancelled=True)
+        return _cancelled(view, started)
     except Exception as exc:
         tracing.failed(exc)
         if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
-            return RunResult(None, None, time.monotonic() - started, cancelled=True)
+            return _cancelled(view, started)
         # A payload the handler refused, or no handler at all: the message says it all.
         error = str(exc) if isinstance(exc, (UnknownJobType, BadPayload)) else _clip(traceback.format_exc())
         not_retried = handler.not_retried(exc) if handler is not None else None
@@ -125,6 +128,15 @@ def _tell_hooks(job: Job, handler: Handler | None, exc: Exception, result: RunRe
 # The envelope of a step's result that carries the jobs it spawned (jobq.spawn), which
 # the outcome statement's trigger (migration 0015) unwraps as it writes them.
 SPAWN, RESULT = "jobq:spawn", "jobq:result"
+
+
+def _cancelled(view: context.Run, started: float) -> RunResult:
+    """A run ended by a cancel: an operator's (nothing to write but the cancel), or the
+    worker's own stop of a job no longer its own (a failed run, saying why)."""
+    seconds = time.monotonic() - started
+    if view.stopped is not None:
+        return RunResult(None, f"stopped by its worker: {view.stopped}", seconds, "Stopped")
+    return RunResult(None, None, seconds, cancelled=True)
 
 
 def _clip(text: str) -> str:

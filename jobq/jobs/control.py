@@ -10,13 +10,16 @@ new lease, so whatever the run still writes is a stale write) and announces it o
 ``jobq_control`` channel; the maintenance process of the worker's host hears it and
 has the run stopped (:mod:`jobq.daemon.supervisor`): :class:`jobq.Cancelled` is
 raised in the handler, and its worker is killed if the handler has not returned
-JOBQ_CANCEL_GRACE seconds later.
+JOBQ_CANCEL_GRACE seconds later. A notification is lost when the listener is away (a
+database restart): once it listens again it asks :func:`cancelled_recently`; and the
+worker's heartbeat, which finds the job's lease changed, stops the handler as well.
 """
 
 from __future__ import annotations
 
 from jobq.store.sql.control import (
     JOB_CANCEL_IF_UNFINISHED,
+    JOB_LIST_CANCELLED_RECENTLY_ON_HOST,
     JOB_DELETE_IF_PENDING,
     JOB_GET_RETRY_STATE,
     JOB_GET_STATUS,
@@ -53,6 +56,14 @@ def cancel_ids(conn: Connection, ids: list[int], actor: str) -> dict[int, str]:
     one for the whole action."""
     rows = again_if_moved(conn, JOB_CANCEL_IF_UNFINISHED, {"ids": ids, "actor": actor}).fetchall()
     return {job_id: was for job_id, was, _ in rows}
+
+
+def cancelled_recently(conn: Connection, seconds: float, host: str) -> list[int]:
+    """The ids of the jobs cancelled in the last ``seconds`` whose last worker ran on
+    ``host``: what a host's control listener may have missed while it was away (a
+    NOTIFY sent while it was disconnected is lost), to be passed on after it listens
+    again. Passing on a cancel for a job no longer in flight does nothing."""
+    return [row[0] for row in conn.execute(JOB_LIST_CANCELLED_RECENTLY_ON_HOST, {"seconds": seconds, "host": host})]
 
 
 def delete(job_id: int, *, actor: str | None = None, conn: Connection | None = None) -> None:

@@ -37,6 +37,7 @@ from jobq.store.sql.outcomes import (
     JOB_COMPLETE_IF_LEASED,
     JOB_FAIL_IF_LEASED,
     JOB_GET_FINISHED_UNDER_LEASE,
+    JOB_NOTE_FINISHED_IF_CANCELLED,
     JOB_RELEASE_IF_LEASED,
     JOB_SNOOZE_IF_LEASED,
 )
@@ -284,6 +285,16 @@ def relock(conn: Connection, jobs: Sequence[Leased], *, lock_base: int) -> Reloc
         lost={job_id for job_id, _, locked in rows if not locked},
         taken_back={job_id for job_id, leased, _ in rows if not leased},
     )
+
+
+def note_finished_if_cancelled(
+    conn: Connection, worker_id: str, job_ids: Sequence[int], results: Sequence[str], ago: Sequence[float]
+) -> set[int]:
+    """Successes of ``worker_id`` refused because an operator's cancel committed first:
+    each cancelled row keeps its result (JSON text) and when its handler finished
+    (``ago`` seconds before now). Returns the ids noted (the others are not cancelled)."""
+    params = {"ids": list(job_ids), "results": list(results), "ago": list(ago), "worker_id": worker_id}
+    return {row[0] for row in conn.execute(JOB_NOTE_FINISHED_IF_CANCELLED, params)}
 
 
 def finished_under_lease(conn: Connection, jobs: Sequence[Leased]) -> set[int]:

@@ -8,9 +8,11 @@ that opened it and opens another in a child. The library's default pool (for
 
 Every connection jobq opens (:func:`connect`, :class:`ProcessPool`) is ended on both
 sides when its other end vanishes without a word (a host lost, a network path cut):
-see :func:`dead_connection_parameters`. Without that, the server keeps a vanished
+see :mod:`jobq.store.keepalive`. Without that, the server keeps a vanished
 worker's session, and with it the advisory locks that keep its jobs from the stale
-reaper, for about two hours (the kernel's keepalive defaults).
+reaper, for about two hours (the kernel's keepalive defaults). The server waits longer
+than the client (:func:`~jobq.store.keepalive.server_dead_connection_timeout`): a worker cut off stops its
+handlers first, so that its jobs' locks are freed only once nothing of theirs runs.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from jobq.store.keepalive import CHECK_INTERVAL, dead_connection_parameters, server_dead_connection_timeout
 from jobq.store.sql.counters import COUNTER_SLOT_TAKE
 from jobq.store.sql.database import DATABASE_PING
 from jobq.store.options import with_search_path, with_statement_timeout
@@ -40,10 +42,6 @@ Connection = psycopg.Connection[Any]
 T = TypeVar("T")
 
 CONNECT_TIMEOUT = 5  # seconds: a database that does not answer is reported, not waited on forever
-KEEPALIVE_PROBES = 3  # unanswered keepalive probes after which a connection is dead
-# PostgreSQL 14+, and a server platform that can report a closed socket (not Windows).
-CHECK_INTERVAL = "client_connection_check_interval"
-
 
 class ReconnectDelay:
     """Seconds between two attempts at a database that is not there: doubling from
@@ -82,7 +80,7 @@ def connect(
             autocommit=autocommit,
             connect_timeout=CONNECT_TIMEOUT,
             application_name=application_name,
-            **with_search_path(url, dead_connection_parameters(url, timeout), settings.current().db_schema),
+            **with_search_path(url, dead_connection_parameters(url, timeout, server_dead_connection_timeout(timeout)), settings.current().db_schema),
         )
 
 
@@ -106,53 +104,6 @@ def connect_counting(url: str, *, application_name: str, lock_base: int) -> Conn
         conn.close()
         raise
     return conn
-
-
-def dead_connection_parameters(url: str, timeout: float) -> dict[str, int | str]:
-    """libpq parameters that end a connection whose other end vanished (no FIN, no
-    reset: a lost host, a cut network path) within about ``timeout`` seconds, on both
-    sides; none for ``timeout`` 0. Pure: reads ``url`` (and PGOPTIONS), opens nothing.
-
-    - The client (libpq): TCP keepalives, a first probe after ``timeout / 3`` s idle,
-      then one every ``timeout / 6`` s (whole seconds, at least 1), dead after
-      KEEPALIVE_PROBES; and ``tcp_user_timeout``, data unacknowledged for ``timeout``.
-    - The server, through ``options`` (``-c name=value``): the session's own
-      ``tcp_keepalives_idle``, ``_interval``, ``_count`` and ``tcp_user_timeout``, the
-      same values, so that the server ends the vanished session and frees its advisory
-      locks; and ``client_connection_check_interval`` (one probe interval), so that a
-      statement running for a vanished client is cancelled.
-
-    On Linux ``tcp_user_timeout`` also bounds the keepalive probing, so a silent peer
-    is dropped ``timeout`` s (rounded up to a probe) after the last thing it sent; by
-    the probes alone, after ``timeout / 3 + 3 × timeout / 6``. Over a Unix socket
-    client and server ignore the TCP settings. A parameter that ``url`` sets wins;
-    its own ``options`` (else PGOPTIONS) are kept after ours, so they win there too.
-    """
-    if timeout <= 0:
-        return {}
-    idle = max(1, int(timeout / 3))
-    interval = max(1, int(timeout / 6))
-    user_timeout_ms = int(timeout * 1000)
-    given = conninfo_to_dict(url)
-    client: dict[str, int | str] = {
-        "keepalives": 1,
-        "keepalives_idle": idle,
-        "keepalives_interval": interval,
-        "keepalives_count": KEEPALIVE_PROBES,
-        "tcp_user_timeout": user_timeout_ms,
-    }
-    parameters = {name: value for name, value in client.items() if name not in given}
-    server = {
-        "tcp_keepalives_idle": idle,
-        "tcp_keepalives_interval": interval,
-        "tcp_keepalives_count": KEEPALIVE_PROBES,
-        "tcp_user_timeout": user_timeout_ms,
-        CHECK_INTERVAL: interval * 1000,
-    }
-    ours = " ".join(f"-c {name}={value}" for name, value in server.items())
-    theirs = given.get("options", os.environ.get("PGOPTIONS", ""))
-    parameters["options"] = f"{ours} {theirs}".strip()
-    return parameters
 
 
 def _dead_connection_timeout(value: float | None) -> float:
@@ -283,7 +234,7 @@ class ProcessPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
                 timeout = _dead_connection_timeout(self.dead_connection_timeout)
-                parameters = dead_connection_parameters(self.url, timeout)
+                parameters = dead_connection_parameters(self.url, timeout, server_dead_connection_timeout(timeout))
                 if self.statement_timeout is not None:
                     parameters = with_statement_timeout(self.url, parameters, self.statement_timeout)
                 parameters = with_search_path(self.url, parameters, settings.current().db_schema)

@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 
 def with_statement_timeout(url: str, parameters: dict[str, int | str], seconds: float) -> dict[str, int | str]:
-    """``parameters`` (libpq's, as :func:`jobq.store.connections.dead_connection_parameters`
+    """``parameters`` (libpq's, as :func:`jobq.store.keepalive.dead_connection_parameters`
     makes them for ``url``) with the session's ``statement_timeout`` set to ``seconds``
     (rounded to whole milliseconds, at least 1).
 

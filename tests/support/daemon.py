@@ -41,12 +41,13 @@ class Daemon:
         }
         self.proc: subprocess.Popen | None = None
 
-    def start(self, *args: str) -> Daemon:
+    def start(self, *args: str, prefix: tuple[str, ...] = ()) -> Daemon:
+        """``prefix``: a command that runs it (``ip netns exec <host>``: it must exec, not fork)."""
         self.log_file = open(self.log_path, "ab")
         # From the log's folder: `python -m` puts its working directory first on
         # sys.path, and from the checkout that would run its jobq, not the one installed.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jobq", "worker", *args],
+            [*prefix, sys.executable, "-m", "jobq", "worker", *args],
             cwd=self.log_path.parent,
             env=self.env,
             stdout=self.log_file,

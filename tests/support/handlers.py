@@ -17,6 +17,7 @@ import time
 import psycopg
 
 import jobq
+from support import ledger as ledger_file
 
 LEDGER_CREATE = (
     "CREATE TABLE IF NOT EXISTS test_ledger "
@@ -260,3 +261,20 @@ def wf_chaos_callback(job: jobq.Job) -> dict:
 @jobq.register("wf_chaos_leaf")
 def wf_chaos_leaf(job: jobq.Job) -> None:
     _wf_ledger(job)
+
+
+@jobq.register("held")
+def held(job: jobq.Job) -> dict:
+    """Runs payload.seconds (default: for ever) in short sleeps, recording its start and
+    its end in the file ledger (support.ledger): returned, or cancelled (jobq.Cancelled,
+    re-raised as a handler should)."""
+    ledger_file.write("start", job.id, job.attempt)
+    how = "cancelled"
+    try:
+        until = time.monotonic() + job.payload.get("seconds", 1e9)
+        while time.monotonic() < until:
+            time.sleep(min(0.2, max(0.0, until - time.monotonic())))
+        how = "returned"
+        return {"host": os.environ.get("JOBQ_HOSTNAME")}
+    finally:
+        ledger_file.write("end", job.id, job.attempt, how)

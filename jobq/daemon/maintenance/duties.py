@@ -3,7 +3,8 @@
 Host-local work, always: recover the jobs of this supervisor's workers that died or
 were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as their
 locks are free; and pass on operators' cancels and pauses (LISTEN on the
-``jobq_control`` channel) to the supervisor, which tells its workers.
+``jobq_control`` channel) to the supervisor, which tells its workers; after the
+listener reconnects, also the cancels of this host's jobs made while it was away.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
 ``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
@@ -37,7 +38,7 @@ from typing import TypeVar
 import psycopg
 
 from jobq.store.sql.database import LEADER_TRY_LOCK
-from jobq.jobs import audit
+from jobq.jobs import audit, control
 from jobq.jobs import leases
 from jobq.store import connections
 from jobq.store import locks
@@ -69,6 +70,9 @@ STOP_PATIENCE = 5.0  # at shutdown, how long pending recoveries may still take
 RETENTION_BUDGET = 1.0  # seconds of deleting per leader pass; the rest waits for the next one
 SAMPLE_INTERVAL = 5.0  # seconds between two samples of the totals (trailing-window rates)
 ERROR_COUNTER = "maintenance_errors_total"  # counted under queue '' and the duty's name as type
+# After the control listener reconnects, the cancels of the time it was away are asked for,
+# and of this much before: a notification committed but not yet read when the connection broke.
+MISSED_MARGIN = 10.0
 CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable)
 
 
@@ -151,6 +155,7 @@ class Maintenance:
             return EXIT_BOOT_ERROR
         self.control = Listener(url, application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL_GET)
         self.control.connect()
+        self.control_heard = time.monotonic()  # when the control listener was last known to listen
         closed = False  # the supervisor's end of the pipe closes when it dies
         while not self.stopping.is_set() and not closed and os.getppid() == parent:
             closed = self.receive(reader)
@@ -185,14 +190,37 @@ class Maintenance:
 
     def pass_on_control(self) -> None:
         """Tell the supervisor what operators did since the last look (its workers act on
-        it: a cancelled job stops, a paused queue's claimed jobs are not started)."""
-        for payload in self.control.payloads():
+        it: a cancelled job stops, a paused queue's claimed jobs are not started). After
+        the listener reconnects, also the cancels of this host's jobs it may have missed
+        while it was away (a NOTIFY sent then is lost)."""
+        connects = self.control.connects
+        payloads = self.control.payloads()
+        if self.control.connects != connects and connects:
+            payloads += self.missed_cancels(time.monotonic() - self.control_heard + MISSED_MARGIN)
+        if self.control.listening:
+            self.control_heard = time.monotonic()
+        for payload in payloads:
             if payload == SCHEDULES_CHANGED:
                 self.schedules.wake()
                 continue
             message = messages.control(payload)
             if message is not None and not messages.write(self.control_fd, message):
                 log.warning("maintenance.control_dropped message=%s: the supervisor is not reading", payload)
+
+    def missed_cancels(self, seconds: float) -> list[str]:
+        """Cancels of this host's jobs in the last ``seconds``, as the control channel says
+        them, asked on the listener's own connection once it listens again (what is
+        cancelled from then on is heard)."""
+        conn = self.control.conn
+        try:
+            assert conn is not None
+            ids = control.cancelled_recently(conn, seconds, self.settings.hostname)
+        except CONNECTION_ERRORS as exc:
+            log.warning("maintenance.missed_cancels_unknown error=%s", connections.first_line(exc))
+            return []
+        if ids:
+            log.info("maintenance.missed_cancels jobs=%s within=%.1fs", ",".join(map(str, ids)), seconds)
+        return [f"cancel {job_id}" for job_id in ids]
 
     def wait(self) -> None:
         """Until the next thing to do: a retry of a recovery, a leader's pass, a schedule's

@@ -8,9 +8,8 @@ Each job the worker claimed is a :class:`Flight`, in one :class:`Stage` at a tim
       |  +--relocked (pending again)--> TAKEN_AWAY                         v  | (write failed)
       +--take_waiting, take_withdrawn, overdue--> GIVEN_BACK            WRITING --written--> WRITTEN
 
-CLAIMED jobs wait in line; one at a time is STARTED (its handler runs); FINISHED lasts
-until its outcome is decided (the retry policy). The last three are ends: the job is
-let go (GIVEN_BACK unstarted, for the caller to release).
+CLAIMED jobs wait in line; one at a time is STARTED (its handler runs); FINISHED lasts until its
+outcome is decided. The last three are ends: the job is let go (GIVEN_BACK: for the caller to release).
 
 Everything else asks :class:`InFlight`; nothing keeps a copy. What others must see is
 written at transitions, never read back for a decision: the job board
@@ -266,6 +265,9 @@ class InFlight:
     def pause(self, queue: str) -> None:
         """An operator paused ``queue``: its waiting jobs are withdrawn. Signal-safe."""
         self._paused.add(queue)
+
+    def running(self) -> Flight | None:  # the STARTED job (its handler runs), if any; one read: signal-safe
+        return self._running
 
     def was_cancelled(self, job_id: int) -> bool:
         """Whether a cancel of ``job_id`` was heard since the batch was claimed."""

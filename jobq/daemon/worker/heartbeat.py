@@ -61,9 +61,12 @@ class Heartbeat(threading.Thread):
         interval: float,
         parent_pid: int,
         orphaned: Callable[[], None],
+        lost: Callable[[int, str], object] = lambda job_id, reason: None,
     ) -> None:
         """``announce`` registers the worker's row again (when it was removed as stale);
-        ``orphaned`` is called (from this thread) once the parent process is gone."""
+        ``orphaned`` is called (from this thread) once the parent process is gone;
+        ``lost`` with each job whose lease a beat found taken away (the lifeline stops
+        its handler if it runs)."""
         super().__init__(name="jobq-heartbeat", daemon=True)
         self.session = session
         self.in_flight = in_flight
@@ -73,6 +76,7 @@ class Heartbeat(threading.Thread):
         self.interval = interval
         self.parent_pid = parent_pid
         self.orphaned = orphaned
+        self.lost = lost
         self.done = threading.Event()
         self.progress_written: context.Progress | None = None
         self.next_progress = 0.0
@@ -127,6 +131,7 @@ class Heartbeat(threading.Thread):
             if self.in_flight.was_cancelled(job_id):
                 continue  # an operator's cancel took it: said where it is acted on
             log.warning("job.lost id=%s worker=%s: its lease was taken away", job_id, self.worker_id)
+            self.lost(job_id, "its lease was taken away")
 
     def write_progress(self) -> None:
         """The running job's latest progress, if it changed and PROGRESS_EVERY has passed

@@ -28,24 +28,25 @@ from __future__ import annotations
 
 import logging
 import os
+import functools
 import signal
 import threading
 
 import psycopg
 
 from jobq.jobs import leases
-from jobq.schedules import declarations
 from jobq.store import locks
-from jobq.schedules import stored
 from jobq.jobs.leases import Claim
 from jobq.daemon import presence
-from jobq.daemon.worker import outcomes
+from jobq.daemon.worker import outcomes, registration
+from jobq.daemon.worker.registration import BootFailure
 from jobq.handlers import execution
 from jobq.observe import tracing
 from jobq.daemon import messages
 from jobq.daemon.worker.flight import DEFER_RUNNING, Flight, InFlight, Outcome
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.worker.heartbeat import Heartbeat
+from jobq.daemon.worker.lifeline import Lifeline
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.listener import Listener
@@ -86,10 +87,6 @@ def worker_name(hostname: str, pid: int, token: str) -> str:
     return f"{hostname}:{pid}:{token}"
 
 
-class BootFailure(Exception):
-    """The worker cannot start (a handler module does not import, the schema is too old)."""
-
-
 class WorkerLoop:
     """One worker process. The constructor has no side effects; :meth:`run` does the work."""
 
@@ -127,6 +124,7 @@ class WorkerLoop:
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
         self.next_in: float | None | object = UNASKED
+        self.lifeline: Lifeline | None = None  # made in boot: a control signal may come first
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -161,11 +159,7 @@ class WorkerLoop:
     def boot(self) -> None:
         self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit, control=self.handle_control)
         self.control = messages.Reader(self.control_fd) if self.control_fd >= 0 else None
-        try:
-            registry.load(self.settings.handlers)
-        except Exception as exc:  # any error while importing a handler module stops the boot
-            raise BootFailure(f"cannot import handler modules {','.join(self.settings.handlers)}: "
-                              f"{type(exc).__name__}: {exc}") from exc
+        registration.load_handlers(self.settings)
         try:
             url = self.settings.require_database_url()
         except ConfigError as exc:
@@ -179,36 +173,31 @@ class WorkerLoop:
             self.session.run(lambda conn, _: check_schema(conn))
         except SchemaError as exc:
             raise BootFailure(str(exc)) from exc
-        self.session.run(lambda conn, _: self.announce(conn))
-        self.declare_schedules()
+        announce = functools.partial(
+            registration.announce, worker_id=self.worker_id, hostname=self.settings.hostname, queues=self.queues
+        )
+        self.session.run(lambda conn, _: announce(conn))
+        registration.declare_schedules(self.session, worker_id=self.worker_id, stale_seconds=self.settings.stale_threshold)
         self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}")
         self.listener.connect()
+        dead_after = self.settings.dead_connection_timeout  # 0: connections not watched
+        self.lifeline = lifeline = Lifeline(
+            self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
+        )
+        self.session.on_lost = lifeline.lose
         self.heartbeat = Heartbeat(
             self.session,
             self.in_flight,
             self.outcomes,
             worker_id=self.worker_id,
-            announce=self.announce,
-            interval=self.settings.heartbeat_interval,
+            announce=announce,
+            interval=lifeline.beat_interval(self.settings.heartbeat_interval),
             parent_pid=self.parent_pid,
             orphaned=self.orphaned,
+            lost=lifeline.lose,
         )
         self.heartbeat.start()
-
-    def announce(self, conn: psycopg.Connection) -> None:
-        """Register this worker's row: its queues (or every queue) and the job types it
-        has handlers for (what shows jobs of other types as "no handler")."""
-        presence.register(conn, self.worker_id, self.settings.hostname, os.getpid(), self.queues.registered,
-                          all_queues=self.queues.every, handler_types=registry.names())
-
-    def declare_schedules(self) -> None:
-        """Record the periodic schedules the handler modules declared on this worker's row,
-        and upsert them (the newest changed definition wins; a pause stays)."""
-        declared = declarations.declared()
-        hashes = {name: schedule.definition_hash() for name, schedule in declared.items()}
-        stale = self.settings.stale_threshold
-        self.session.run(lambda conn, _: presence.declare(conn, self.worker_id, hashes))
-        self.session.run(lambda conn, _: stored.declare(conn, self.worker_id, declared, stale_seconds=stale))
+        lifeline.start()
 
     def handle_stop(self, signum: int, frame: object) -> None:
         self.request_stop(signal.Signals(signum).name)
@@ -223,13 +212,13 @@ class WorkerLoop:
         would (a handler in a blocking call, e.g. sleep, is interrupted too). Jobs not
         started yet are only marked; the loop gives them back. (The jobs in flight
         record both without their lock: this frame may be on top of one holding it.)"""
-        if self.control is None:
-            return
-        try:
-            arrived, _ = self.control.read()
-        except ValueError:
-            return  # garbage on the pipe: nothing we can act on
-        interrupt = False
+        interrupt = self.lifeline is not None and self.lifeline.interrupting()  # its own stop of a job not its own
+        arrived: list[messages.Message] = []
+        if self.control is not None:
+            try:
+                arrived, _ = self.control.read()
+            except ValueError:
+                pass  # garbage on the pipe: nothing we can act on
         for message in arrived:
             if isinstance(message, messages.Cancel):
                 interrupt = self.in_flight.request_cancel(message.job_id) or interrupt
@@ -263,6 +252,7 @@ class WorkerLoop:
             unrecorded = len(self.in_flight.held())
             log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
         self.heartbeat.stop()
+        self.lifeline.stop()  # type: ignore[union-attr]  # made in boot, before anything leaves
         self.listener.close()
         self.session.close()
 

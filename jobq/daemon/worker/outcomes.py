@@ -15,6 +15,7 @@ written or, when its write fails, returned to the buffer.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -130,6 +131,7 @@ class OutcomeWriter:
                 answer = sent.result() if sent else None
                 written.rejected = rejected | rejected_failed | rejected_snoozed
                 self._count_rejections(conn, written, retried=retried)
+                self._note_finished_if_cancelled(conn, written)
                 return answer
 
             try:
@@ -154,6 +156,23 @@ class OutcomeWriter:
         if written.rejected:
             jobs = [(f.claim.job.queue, f.claim.job.type) for f in fenced if f.job_id in written.rejected]
             leases.count_events(conn, leases.STALE_LEASE_COUNTER, jobs)
+
+    def _note_finished_if_cancelled(self, conn: Connection, written: Written) -> None:
+        """Successes refused because an operator's cancel committed while they waited in
+        the buffer: the cancelled rows keep their results and when their handlers
+        finished (nothing dropped in silence)."""
+        refused = [f for f in written.done if f.job_id in written.rejected]
+        if not refused:
+            return
+        now = time.monotonic()
+        noted = leases.note_finished_if_cancelled(
+            conn, self.worker_id, [f.job_id for f in refused],
+            [f.outcome.result.result_json for f in refused],  # type: ignore[union-attr,misc]
+            [max(0.0, now - f.started - f.outcome.result.seconds) for f in refused],  # type: ignore[union-attr]
+        )
+        for job_id in sorted(noted):
+            log.warning("job.finished_before_cancel id=%s worker=%s: its handler had finished; the cancelled job "
+                        "keeps its result", job_id, self.worker_id)
 
     def _log(self, written: Written) -> None:
         """One line per outcome written (successes at DEBUG: per job on the hot path)."""

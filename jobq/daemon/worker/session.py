@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -63,6 +64,11 @@ class ClaimSession:
         # Serialises the two threads' calls; held by a writer of outcomes from their take
         # to their end, so that the heartbeat never sees a written job as still in flight.
         self.lock = threading.RLock()
+        # For dead_for (read without the lock by the lifeline): when the last call that
+        # went through was sent (monotonic).
+        self.answered_sent = time.monotonic()
+        # Told of jobs whose lease a reconnect found changed (the worker's lifeline).
+        self.on_lost: Callable[[int, str], object] = lambda job_id, reason: None
 
     def connect(self) -> None:
         """Open the connection (with a counter slot of its own, :func:`jobq.store.connections.connect_counting`),
@@ -96,10 +102,13 @@ class ClaimSession:
             again = 0  # retries after a change made meanwhile (leases.changed_meanwhile)
             while True:
                 reconnecting = self.conn is None or self.conn.closed
+                sent = time.monotonic()
                 try:
                     if reconnecting:
                         self._reconnect()  # inside the retry: the connection may drop while re-locking
-                    return call(self.conn, retried)  # type: ignore[arg-type]
+                    answer = call(self.conn, retried)  # type: ignore[arg-type]
+                    self.answered_sent = sent
+                    return answer
                 except (psycopg.IntegrityError, psycopg.errors.SerializationFailure) as exc:
                     if not leases.changed_meanwhile(exc) or again >= leases.WRITE_AGAIN_RETRIES:
                         raise
@@ -123,6 +132,15 @@ class ClaimSession:
                     self.conn.close()
                     retried = True
 
+    def dead_for(self) -> float:
+        """Seconds since the last call that went through was sent (no later than the
+        server last heard from this session): how long the connection may have been
+        dead. The heartbeat sends a call at least every third of the dead-connection
+        timeout, so a live session stays well under it; over it, a call is out and
+        unanswered (or retrying on new connections), or the whole process was frozen
+        (a paused VM). Lock-free, for the lifeline."""
+        return time.monotonic() - self.answered_sent
+
     def _reconnect(self) -> None:
         if self.conn is not None:
             self.conn.close()
@@ -131,6 +149,8 @@ class ClaimSession:
         held = self.in_flight.held()
         found = leases.relock(self.conn, held, lock_base=self.lock_base) if held else leases.Relocked(set(), set())
         self.in_flight.relocked(found.lost, found.taken_back)
+        for job_id in found.taken_back:
+            self.on_lost(job_id, "a reconnect found its lease changed")
         orphans = leases.release_orphans(self.conn, self.worker_id, [claim.job_id for claim in held])
         log.info(
             "worker.reconnected worker=%s relocked=%s lost=%s taken_back=%s orphans_released=%s",

@@ -36,6 +36,16 @@ JOB_CANCEL_IF_UNFINISHED = (
     "SELECT id, was, CASE WHEN was <> 'pending' THEN pg_notify(jobq_control_channel(), 'cancel ' || id) END FROM cancelled"
 )
 
+# JOB_LIST_CANCELLED_RECENTLY_ON_HOST: the jobs cancelled in the last %(seconds)s seconds
+# whose last worker ran on %(host)s (worker ids are host:pid:token): after a host's
+# control listener reconnects, the cancels whose notification it may have missed. Reads
+# the finished partitions by completed_at (jobs_completed_idx, partition pruning on the
+# range), no lock.
+JOB_LIST_CANCELLED_RECENTLY_ON_HOST = (
+    "SELECT id FROM jobs WHERE status = 'cancelled' AND completed_at >= now() - make_interval(secs => %(seconds)s) "
+    "AND left(worker_id, length(%(host)s) + 1) = %(host)s || ':' ORDER BY id"
+)
+
 # JOB_RUN_NOW_IF_SCHEDULED: pending jobs due in the future become due now, for some ids;
 # rows locked in id order (primary key), skipping those another session holds (SKIP
 # LOCKED: a claim in flight), status and run_at rechecked on the latest version. The

@@ -100,6 +100,18 @@ JOB_RELEASE_IF_LEASED = (
     "FROM o LEFT JOIN released ON released.id = o.id"
 )
 
+# JOB_NOTE_FINISHED_IF_CANCELLED: a success whose write was refused because an operator's
+# cancel committed first (the outcome waited in the worker's buffer): the cancelled row
+# keeps the handler's result and when it finished (the database's now() less how long
+# ago). Guarded by status, by the worker that ran it and by handler_finished_at still
+# NULL (once); the row is in a finished partition (primary key). Returns the ids noted.
+JOB_NOTE_FINISHED_IF_CANCELLED = (
+    "UPDATE jobs AS j SET result = o.result, handler_finished_at = now() - make_interval(secs => o.ago) "
+    "FROM unnest(%(ids)b::bigint[], %(results)b::jsonb[], %(ago)b::float8[]) AS o(id, result, ago) "
+    "WHERE j.id = o.id AND j.status = 'cancelled' AND j.worker_id = %(worker_id)s "
+    "AND j.handler_finished_at IS NULL RETURNING j.id"
+)
+
 # JOB_CANCEL_IF_LEASED: claimed|running -> cancelled, by the worker whose handler ended
 # cancelled (it raised jobq.Cancelled); guarded by lease and status, so that a job
 # already cancelled by an operator (whose cancel replaced the lease) is left as it is.
