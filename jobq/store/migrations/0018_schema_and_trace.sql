@@ -17,7 +17,9 @@
 --
 -- Every function jobq defines runs with its own search_path (the schema it lives in,
 -- then pg_temp): a trigger fired by an application's session resolves jobq's names in
--- jobq's schema, never through the application's search_path. jobq_functions_pin() sets
+-- jobq's schema, never through the application's search_path (an install in public is
+-- left as it was: a pinned function switches search_path at each call, which the wake-up
+-- path measurably pays; public is on every default search_path). jobq_functions_pin() sets
 -- it on each function of the schema named jobq_*, jobs_* or dead_letter_jobs_* that has
 -- not got it; this migration calls it, and `jobq migrate` calls it again after applying
 -- any later file (a function a later migration creates gets it too).
@@ -48,6 +50,9 @@ DECLARE
     f regprocedure;
     pinned integer := 0;
 BEGIN
+    IF current_schema() = 'public' THEN
+        RETURN 0;  -- an install in public is left as it was: no per-call search_path switch
+    END IF;
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_proc AS p
         WHERE p.pronamespace = current_schema()::regnamespace
