@@ -32,12 +32,12 @@ def workflow(workflow_id: int) -> str:
                        max_drawn=graph.MAX_DRAWN)
 
 
+WORKFLOW_ACTIONS = {"cancel": jobq.cancel_workflow, "retry": jobq.retry_workflow}
+
+
 @actions.post("/workflows/<int:workflow_id>/<any(cancel, retry):action>")
 def workflow_act(workflow_id: int, action: str) -> Response:
-    actor = security.actor()
+    act_on = WORKFLOW_ACTIONS[action]
     with common.database() as conn:
-        if action == "cancel":
-            jobq.cancel_workflow(workflow_id, actor=actor, conn=conn)
-        else:
-            jobq.retry_workflow(workflow_id, actor=actor, conn=conn)
+        act_on(workflow_id, actor=security.actor(), conn=conn)
     return redirect(url_for("dashboard.workflow", workflow_id=workflow_id))
