@@ -73,14 +73,10 @@ def connect(
 
     Raises DatabaseUnavailable if it cannot be opened.
     """
-    timeout = _dead_connection_timeout(dead_connection_timeout)
+    parameters = _session_parameters(url, dead_connection_timeout)
     with database_errors():
         return _Connection.connect(
-            url,
-            autocommit=autocommit,
-            connect_timeout=CONNECT_TIMEOUT,
-            application_name=application_name,
-            **with_search_path(url, dead_connection_parameters(url, timeout, server_dead_connection_timeout(timeout)), settings.current().db_schema),
+            url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, application_name=application_name, **parameters
         )
 
 
@@ -106,8 +102,17 @@ def connect_counting(url: str, *, application_name: str, lock_base: int) -> Conn
     return conn
 
 
-def _dead_connection_timeout(value: float | None) -> float:
-    return settings.current().dead_connection_timeout if value is None else value
+def _session_parameters(
+    url: str, dead_connection_timeout: float | None, statement_timeout: float | None = None
+) -> dict[str, int | str]:
+    """The libpq parameters of every session jobq opens: the keepalives of
+    ``dead_connection_timeout`` (None: JOBQ_DEAD_CONNECTION_TIMEOUT), a statement timeout
+    if given, and JOBQ_SCHEMA's search_path."""
+    timeout = settings.current().dead_connection_timeout if dead_connection_timeout is None else dead_connection_timeout
+    parameters = dead_connection_parameters(url, timeout, server_dead_connection_timeout(timeout))
+    if statement_timeout is not None:
+        parameters = with_statement_timeout(url, parameters, statement_timeout)
+    return with_search_path(url, parameters, settings.current().db_schema)
 
 
 # Connection strings whose server refused client_connection_check_interval.
@@ -233,11 +238,7 @@ class ProcessPool:
     def _current(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
-                timeout = _dead_connection_timeout(self.dead_connection_timeout)
-                parameters = dead_connection_parameters(self.url, timeout, server_dead_connection_timeout(timeout))
-                if self.statement_timeout is not None:
-                    parameters = with_statement_timeout(self.url, parameters, self.statement_timeout)
-                parameters = with_search_path(self.url, parameters, settings.current().db_schema)
+                parameters = _session_parameters(self.url, self.dead_connection_timeout, self.statement_timeout)
                 kwargs = {**self._connect_kwargs, **parameters}
                 self._pool = ConnectionPool(self.url, open=False, kwargs=kwargs, **self._options)  # type: ignore[arg-type]
                 self._pool.open(wait=False)

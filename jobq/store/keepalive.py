@@ -13,11 +13,10 @@ functions: they read a URL and the settings, and open nothing.
 
 from __future__ import annotations
 
-import os
-
 from psycopg.conninfo import conninfo_to_dict
 
 from jobq import settings
+from jobq.store.options import with_option
 
 KEEPALIVE_PROBES = 3  # unanswered keepalive probes after which a connection is dead
 # What the server waits beyond a worker's own stop of its handlers (JOBQ_DEAD_CONNECTION_TIMEOUT,
@@ -77,10 +76,7 @@ def dead_connection_parameters(url: str, timeout: float, server_timeout: float |
         "tcp_user_timeout": server_user_timeout_ms,
         CHECK_INTERVAL: interval * 1000,
     }
-    ours = " ".join(f"-c {name}={value}" for name, value in server.items())
-    theirs = given.get("options", os.environ.get("PGOPTIONS", ""))
-    parameters["options"] = f"{ours} {theirs}".strip()
-    return parameters
+    return with_option(url, parameters, " ".join(f"-c {name}={value}" for name, value in server.items()))
 
 
 def _keepalive(timeout: float) -> tuple[int, int, int]:

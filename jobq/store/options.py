@@ -21,7 +21,7 @@ def with_statement_timeout(url: str, parameters: dict[str, int | str], seconds: 
     A statement that runs longer is cancelled by the server (``QueryCanceled``), and
     rolled back: in autocommit the timer stops before the statement's commit begins.
     """
-    return _with_option(url, parameters, f"-c statement_timeout={max(1, round(seconds * 1000))}")
+    return with_option(url, parameters, f"-c statement_timeout={max(1, round(seconds * 1000))}")
 
 
 def with_search_path(url: str, parameters: dict[str, int | str], schema: str | None) -> dict[str, int | str]:
@@ -32,9 +32,11 @@ def with_search_path(url: str, parameters: dict[str, int | str], schema: str | N
     it), so it needs no quoting."""
     if schema is None:
         return parameters
-    return _with_option(url, parameters, f"-c search_path={schema}")
+    return with_option(url, parameters, f"-c search_path={schema}")
 
 
-def _with_option(url: str, parameters: dict[str, int | str], ours: str) -> dict[str, int | str]:
+def with_option(url: str, parameters: dict[str, int | str], ours: str) -> dict[str, int | str]:
+    """``parameters`` with ``ours`` (``-c name=value ...``) in ``options``, before the
+    options already there, else the URL's own, else PGOPTIONS: theirs win."""
     theirs = parameters.get("options", conninfo_to_dict(url).get("options", os.environ.get("PGOPTIONS", "")))
     return {**parameters, "options": f"{ours} {theirs}".strip()}
