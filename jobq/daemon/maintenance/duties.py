@@ -37,7 +37,7 @@ from typing import TypeVar
 
 import psycopg
 
-from jobq.store.sql.database import LEADER_TRY_LOCK
+from jobq.store.sql.database import CONTROL_CHANNEL_GET, LEADER_TRY_LOCK
 from jobq.jobs import audit, control
 from jobq.jobs import leases
 from jobq.store import connections
@@ -52,7 +52,6 @@ from jobq.daemon import presence
 from jobq.daemon.maintenance import reaper
 from jobq.daemon import messages
 from jobq.daemon.listener import Listener
-from jobq.store.sql.database import CONTROL_CHANNEL_GET
 from jobq.daemon.maintenance.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import Connection
