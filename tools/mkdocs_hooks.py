@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,4 +42,9 @@ def on_files(files, config):
 
 
 def peers_page(path: Path) -> str:
-    return "# The peer harness's latest run\n\n" + path.read_text()
+    """The peer harness's latest run, with the commit that recorded it (its run id in the
+    file is the date; outside a git checkout the commit is not known and not said)."""
+    found = subprocess.run(["git", "log", "-1", "--format=%h (%cs)", "--", str(path)],
+                           cwd=ROOT, capture_output=True, text=True)
+    commit = f"Recorded by commit {found.stdout.strip()}.\n\n" if found.returncode == 0 and found.stdout.strip() else ""
+    return "# The peer harness's latest run\n\n" + commit + path.read_text()
