@@ -20,7 +20,7 @@ from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, System
 from jobq.daemon.supervisor import EXIT_HALTED, Halt, Supervisor
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker.loop import EXIT_BOOT_ERROR, EXIT_OK
+from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_OK
 from jobq.settings import Settings
 
 pytestmark = [pytest.mark.unit, pytest.mark.daemon]

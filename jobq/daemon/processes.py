@@ -19,7 +19,7 @@ from jobq.observe import tracing
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.wakeup import reset_signals
-from jobq.daemon.worker.loop import EXIT_DATABASE_ERROR, EXIT_OK
+from jobq.daemon.exits import EXIT_DATABASE_ERROR, EXIT_OK
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.maintenance.duties import STOP_PATIENCE, Maintenance
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
-from jobq.daemon.worker.loop import EXIT_BOOT_ERROR, EXIT_OK, WorkerLoop, worker_name
+from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_OK
+from jobq.daemon.worker.loop import WorkerLoop, worker_name
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)

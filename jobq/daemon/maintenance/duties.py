@@ -55,7 +55,7 @@ from jobq.daemon.listener import Listener
 from jobq.daemon.maintenance.schedule_clock import CONTROL_PAYLOAD as SCHEDULES_CHANGED, ScheduleClock
 from jobq.daemon.wakeup import SelfPipe
 from jobq.store.connections import Connection
-from jobq.daemon.worker.loop import EXIT_BOOT_ERROR
+from jobq.daemon.exits import EXIT_BOOT_ERROR
 from jobq.errors import ConfigError, DatabaseUnavailable
 from jobq.settings import Settings
 

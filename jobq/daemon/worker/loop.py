@@ -54,6 +54,7 @@ from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.daemon.worker.served import ServedQueues
 from jobq.daemon.worker.session import ClaimSession
 from jobq.daemon.wakeup import SelfPipe
+from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_DATABASE_ERROR, EXIT_OK
 from jobq.store.connections import first_line
 from jobq.errors import Cancelled, ConfigError, DatabaseUnavailable, SchemaError
 from jobq.handlers import registry
@@ -62,11 +63,6 @@ from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_BOOT_ERROR = 3
-# A statement failed for a reason of its own (not a lost connection): the worker leaves
-# without recording what it holds; its jobs go back to pending with no attempt charged.
-EXIT_DATABASE_ERROR = 4
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
