@@ -70,6 +70,15 @@ def test_drain_and_enqueue_benchmarks():
     assert enqueue["single_enqueues_per_s_notify_on"] > 0 and enqueue["single_enqueues_per_s_notify_off"] > 0
 
 
+def test_profile_drain_puts_every_sample_in_a_part():
+    report = run("profile_drain.py", "--jobs", "6000", "--claim-batch", "50", "--rate", "1000", "--workers", "1")
+    (result,) = report["results"]
+    assert result["claim_batch"] == 50 and result["jobs_sampled"] > 0 and result["samples"] > 0
+    parts = result["cpu_us_per_job"]
+    assert parts and all(part.startswith(("worker: ", "supervisor: ")) for part in parts)
+    assert sum(parts.values()) == pytest.approx(result["samples"] / 1000 / result["jobs_sampled"] * 1e6, rel=0.05)
+
+
 def test_observe_benchmark_times_scrapes_and_inspect():
     report = run("observe.py", "--finished", "5000", "--scrapes", "3")
     assert report["rows"] == 5000 + 10000 + 1000
