@@ -13,7 +13,8 @@ compare the parts of one run with each other, not runs with runs.
 
 A sample's part is decided by its innermost frame in jobq that names one of the
 worker's steps (PARTS); a thread other than a worker's main thread is a part of its
-own (the heartbeat, the lifeline, the supervisor's threads). Transactions per 1,000
+own (the heartbeat, the lifeline, the supervisor's threads); a sample of a thread
+blocked in a lock or event wait is left out (WAITS). Transactions per 1,000
 jobs (pg_stat_database.xact_commit) stand in for round trips: a claim with the last
 batch's outcomes is one transaction sent as one pipeline.
 
@@ -24,7 +25,6 @@ kernel.yama.ptrace_scope = 0).
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import signal
 import subprocess
@@ -61,7 +61,9 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("boot (jobq/daemon/worker/loop.py", "boot"),
     ("(jobq/daemon/worker/loop.py", "worker loop"),
 )
-FRAME = re.compile(r"^(.*) \(([^:]*):\d+\)$")
+# A thread blocked on a lock or an event with a timeout is sometimes sampled as running
+# (py-spy reads the thread's state without stopping it): such a sample is a wait, not CPU.
+WAITS = ("Condition.wait (threading.py", "Condition._acquire_restore (threading.py", "Event.wait (threading.py")
 
 
 def part_of(stack_line: str) -> tuple[str, str]:
@@ -72,6 +74,8 @@ def part_of(stack_line: str) -> tuple[str, str]:
     thread = next((f for f in frames if f.startswith("thread ")), "thread (?): ?")
     thread_name = thread.split(": ", 1)[-1]
     kind = "worker" if len(processes) > 1 else "supervisor"
+    if frames[-1].startswith(WAITS):
+        return "waiting", thread_name
     if kind == "supervisor":
         return kind, f"supervisor: {thread_name}"
     if thread_name != "MainThread":
@@ -130,14 +134,19 @@ def profile(url: str, n: int, workers: int, claim_batch: int, rate: int, raw_dir
             jobs = n - done_before
             transactions = commits(conn) - before
     samples = tally(raw.read_text())
-    per_job_us = {f"{kind}: {part}": round(count / rate / jobs * 1e6, 1) for (kind, part), count in samples.most_common()}
+    waits = {part: count for (kind, part), count in samples.items() if kind == "waiting"}
+    per_job_us = {
+        f"{kind}: {part}": round(count / rate / jobs * 1e6, 1)
+        for (kind, part), count in samples.most_common() if kind != "waiting"
+    }
     return {
         "claim_batch": claim_batch,
         "jobs_sampled": jobs,
         "seconds": round(seconds, 2),
         "jobs_per_s": round(jobs / seconds),
         "transactions_per_1000_jobs": round(transactions / jobs * 1000, 1),
-        "samples": sum(samples.values()),
+        "samples": sum(samples.values()) - sum(waits.values()),
+        "wait_samples_by_thread": waits,
         "cpu_us_per_job": per_job_us,
     }
 
