@@ -3,7 +3,8 @@
 Each coroutine of :mod:`jobq.aio` runs the same function as the sync API (its
 validation, its SQL, its errors, its rows) in a thread of the event loop's default
 executor, on a psycopg ``Connection`` that *borrows* the libpq connection of the
-caller's ``AsyncConnection``: the same session, so the same transaction. Meanwhile the
+caller's ``AsyncConnection`` (:class:`jobq.store.foreign.Borrowed`): the same session,
+so the same transaction. Meanwhile the
 calling task awaits and the event loop goes on serving others; the async connection's
 lock is held until the thread is done, so that nothing else uses the connection in
 between (a task cancelled while the thread runs is cancelled once it is done: a
@@ -24,25 +25,9 @@ from typing import Any, TypeVar
 import psycopg
 
 from jobq.errors import InvalidArgument
+from jobq.store.foreign import Borrowed
 
 T = TypeVar("T")
-
-
-class Borrowed(psycopg.Connection[Any]):
-    """A sync view of an async connection's libpq session, for one call in a thread.
-
-    It shares the session's transaction, autocommit mode and adapters; it never prepares
-    statements (the async connection's names for its prepared statements are its own)
-    and never closes the session (the caller's connection owns it)."""
-
-    def __init__(self, owner: psycopg.AsyncConnection[Any]) -> None:
-        super().__init__(owner.pgconn)
-        self._autocommit = owner.autocommit  # the owner's mode, set as it is (no round trip)
-        self._adapters = owner.adapters
-        self.prepare_threshold = None
-
-    def __del__(self, *args: Any) -> None:
-        pass  # not ours to close, nor to warn about: the owner closes the session
 
 
 async def call(func: Callable[..., T], /, *args: Any, conn: Any = None, **kwargs: Any) -> T:
