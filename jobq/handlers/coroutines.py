@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -96,6 +97,8 @@ class _SignalSwap:
 
 
 def _handle_cancel_signal(loop: asyncio.AbstractEventLoop) -> _SignalSwap | None:
-    if _cancel is None:
+    """The cancel signal given to ``loop`` for a run, if one was named; only the main
+    thread may handle signals (a drain in another thread runs without)."""
+    if _cancel is None or threading.current_thread() is not threading.main_thread():
         return None
     return _SignalSwap(loop, *_cancel)
