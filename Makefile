@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
-AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry hosts
+AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry hosts aio django sqlalchemy plugin
 # The suite runs in this many pytest-xdist processes, each on a PostgreSQL database of its
 # own (tests/support/db.py). Much of it waits on subprocesses, so more processes than
 # cores: measured on 2 cores, 3 is faster than 2 or 4 (README's "Tests").

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from jobq.handlers import context
+from jobq.handlers import context, coroutines
 from jobq.observe import tracing
 from jobq.errors import BadPayload, Cancelled, Snooze, UnknownJobType
 from jobq.handlers.registry import Handler
@@ -61,8 +62,11 @@ def run(job: Job, handler: Handler | None, view: context.Run | None = None) -> R
     Never raises for anything the handler does (except BaseExceptions such as
     KeyboardInterrupt and SystemExit, which must stop the worker). No handler (an
     unknown type) or a result that is not storable JSON is a failed run like any other.
+    An ``async def`` handler runs on the process's event loop
+    (:mod:`jobq.handlers.coroutines`), where a cancel cancels its task.
     A run whose job was cancelled meanwhile (its view's flag; the handler got
-    :class:`Cancelled`, or caught it, or returned anyway) is ``cancelled``, whatever it
+    :class:`Cancelled` or :class:`asyncio.CancelledError`, or caught it, or returned
+    anyway) is ``cancelled``, whatever it
     returned. A run the worker stopped (its view's ``stopped``: the job is no longer its
     own) is a failed run saying why, whatever it returned: the lease, if still its own,
     records it as one. With OpenTelemetry, the run is a consumer span
@@ -87,6 +91,8 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
             if context.cancel_requested():  # cancelled between its claim and now
                 raise Cancelled()
             value = handler.func(job)
+            if inspect.iscoroutine(value):  # an async def handler: run on this process's loop
+                value = coroutines.run(value)
         finally:
             # From here on the worker's signal handler no longer raises Cancelled; one
             # that did before this line lands in the except below, like one in the handler.

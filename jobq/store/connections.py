@@ -32,7 +32,7 @@ from jobq.store.keepalive import CHECK_INTERVAL, dead_connection_parameters, ser
 from jobq.store.sql.counters import COUNTER_SLOT_TAKE
 from jobq.store.sql.database import DATABASE_PING
 from jobq.store.options import with_search_path, with_statement_timeout
-from jobq.store import session_settings
+from jobq.store import foreign, session_settings
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
@@ -73,7 +73,7 @@ def connect(
 
     Raises DatabaseUnavailable if it cannot be opened.
     """
-    parameters = _session_parameters(url, dead_connection_timeout)
+    parameters = session_parameters(url, dead_connection_timeout)
     with database_errors():
         return _Connection.connect(
             url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT, application_name=application_name, **parameters
@@ -102,7 +102,7 @@ def connect_counting(url: str, *, application_name: str, lock_base: int) -> Conn
     return conn
 
 
-def _session_parameters(
+def session_parameters(
     url: str, dead_connection_timeout: float | None, statement_timeout: float | None = None
 ) -> dict[str, int | str]:
     """The libpq parameters of every session jobq opens: the keepalives of
@@ -238,7 +238,7 @@ class ProcessPool:
     def _current(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
-                parameters = _session_parameters(self.url, self.dead_connection_timeout, self.statement_timeout)
+                parameters = session_parameters(self.url, self.dead_connection_timeout, self.statement_timeout)
                 kwargs = {**self._connect_kwargs, **parameters}
                 self._pool = ConnectionPool(self.url, open=False, kwargs=kwargs, **self._options)  # type: ignore[arg-type]
                 self._pool.open(wait=False)
@@ -280,11 +280,13 @@ def close_default_pool() -> None:
 
 @contextlib.contextmanager
 def connection(conn: Connection | None = None) -> Iterator[Connection]:
-    """The caller's connection as is (its transaction, its commit), or one from the
+    """The caller's connection as is (its transaction, its commit; a SQLAlchemy
+    Connection or Session: the psycopg connection under it, :mod:`jobq.store.foreign`), or one from the
     default pool whose work is committed when the block ends without an error. With
     ``JOBQ_SCHEMA``, the caller's connection has jobq's ``search_path`` for the block
     (:mod:`jobq.store.session_settings`); the pool's have it from the start."""
     if conn is not None:
+        conn = foreign.psycopg_connection(conn)  # a SQLAlchemy Connection or Session: the psycopg one under it
         theirs = not isinstance(conn, _Connection)  # jobq's own sessions have its search_path already
         schema = settings.current().db_schema if theirs else None
         with database_errors(), session_settings.setting(conn, session_settings.SEARCH_PATH, schema):

@@ -2,7 +2,8 @@
 it one migrated template per run, cloned into a database of each test process's own; and
 reading the server's shared views for this database only.
 
-Where the server comes from (:func:`throwaway_server`), in order:
+Where the server comes from (:func:`jobq.testing.database.throwaway_server`, which
+users' tests have through the ``jobq_database`` fixture too), in order:
 1. ``JOBQ_TEST_DATABASE_URL``: a server given, shared by every test process of the run
    (and by other runs: every name carries the run's id). Its role needs CREATEDB; without
    it a serial run (``-n 0``) uses the given database itself, as before databases per
@@ -37,15 +38,8 @@ from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from jobq.store import locks
 from jobq.store.embedded import EmbeddedPostgres
 from jobq.store.migrate import migrate
+from jobq.testing.database import TEST_SERVER_SETTINGS, URL_VARIABLE, on, throwaway_server  # noqa: F401  (re-exported)
 
-URL_VARIABLE = "JOBQ_TEST_DATABASE_URL"
-# Speed over durability for servers thrown away after the run.
-TEST_SERVER_SETTINGS = {
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-    "max_connections": "200",
-}
 # TRUNCATE fires no DELETE trigger: the dead-letter groups, kept by triggers, go with
 # their letters.
 TABLES = (
@@ -70,44 +64,8 @@ JOBQ_ADVISORY_LOCKS = (
 )
 
 
-def docker_answers() -> bool:
-    try:
-        import docker
-
-        docker.from_env(timeout=3).ping()
-        return True
-    except Exception:  # no engine, no permission, no SDK: use the embedded server
-        return False
-
-
-@contextlib.contextmanager
-def throwaway_server(base_dir: Path) -> Iterator[str]:
-    """The URL of a server's maintenance database for this test process: the given one,
-    or a container or an embedded server of its own (in ``base_dir``), removed at the end."""
-    url = os.environ.get(URL_VARIABLE)
-    if url:
-        yield url
-    elif docker_answers():
-        from testcontainers.postgres import PostgresContainer
-
-        with PostgresContainer("postgres:16", driver=None) as container:
-            yield container.get_connection_url()
-    else:
-        server = EmbeddedPostgres(base_dir, settings=TEST_SERVER_SETTINGS)
-        server.start()
-        try:
-            yield server.url()
-        finally:
-            server.delete()
-
-
 def database_name(run: str, worker: str) -> str:
     return f"jobq_test_{run}_{worker}"
-
-
-def on(server_url: str, name: str) -> str:
-    """The URL of database ``name`` on the server of ``server_url``."""
-    return conninfo.make_conninfo(server_url, dbname=name)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ from jobq.jobs.leases import Claim
 from jobq.daemon import presence
 from jobq.daemon.worker import outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
-from jobq.handlers import execution
+from jobq.handlers import coroutines, execution
 from jobq.observe import tracing
 from jobq.daemon import messages
 from jobq.daemon.worker.flight import DEFER_RUNNING, Flight, InFlight, Outcome
@@ -155,6 +155,7 @@ class WorkerLoop:
     def boot(self) -> None:
         self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit, control=self.handle_control)
         self.control = messages.Reader(self.control_fd) if self.control_fd >= 0 else None
+        coroutines.cancel_on(signal.SIGUSR1, self.control_arrived)
         registration.load_handlers(self.settings)
         try:
             url = self.settings.require_database_url()
@@ -207,7 +208,16 @@ class WorkerLoop:
         :class:`Cancelled` right here, in the handler's frame, as KeyboardInterrupt
         would (a handler in a blocking call, e.g. sleep, is interrupted too). Jobs not
         started yet are only marked; the loop gives them back. (The jobs in flight
-        record both without their lock: this frame may be on top of one holding it.)"""
+        record both without their lock: this frame may be on top of one holding it.)
+        While an ``async def`` handler runs, the event loop handles the signal instead
+        (:mod:`jobq.handlers.coroutines`) and cancels the handler's task."""
+        if self.control_arrived():
+            raise Cancelled()
+
+    def control_arrived(self) -> bool:
+        """Read what the supervisor sent on the control pipe and mark it in the jobs in
+        flight; True if the handler running now is to be stopped (a cancel of its job,
+        or the lifeline's stop of a job no longer the worker's own)."""
         interrupt = self.lifeline is not None and self.lifeline.interrupting()  # its own stop of a job not its own
         arrived: list[messages.Message] = []
         if self.control is not None:
@@ -220,8 +230,7 @@ class WorkerLoop:
                 interrupt = self.in_flight.request_cancel(message.job_id) or interrupt
             elif isinstance(message, messages.Pause):
                 self.in_flight.pause(message.queue)
-        if interrupt:
-            raise Cancelled()
+        return interrupt
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming; the running job finishes (signal-safe: only records)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from jobq.jobs import leases
@@ -26,6 +26,7 @@ from jobq.daemon.worker.flight import Flight, InFlight, Outcome, Taken
 from jobq.daemon.worker.session import ClaimSession
 from jobq.handlers.execution import RunResult
 from jobq.handlers.registry import Handler
+from jobq.handlers.verdict import decide as decided
 from jobq.observe import tracing
 from jobq.settings import Settings
 from jobq.store.connections import Connection
@@ -36,27 +37,9 @@ T = TypeVar("T")
 
 
 def decide(claim: Claim, result: RunResult, handler: Handler | None, settings: Settings) -> Outcome:
-    """What a run of ``claim``'s job by ``handler`` comes to: a success, a cancel, a
-    snooze (a failed run past JOBQ_MAX_SNOOZES), a failure that the handler's policy
-    sends to the dead letters now, or a failure retried after the handler's backoff (or
-    the global one)."""
-    job = claim.job
-    if result.ok:
-        return Outcome(claim, result)
-    if result.snooze is not None:
-        if job.snoozes < settings.max_snoozes:
-            return Outcome(claim, result, result.snooze)
-        error = f"snoozed {job.snoozes} times, the most JOBQ_MAX_SNOOZES allows; this snooze is a failed run"
-        result = replace(result, error=error, error_kind="Snooze", snooze=None)
-    if result.not_retried is not None:  # the handler's policy: dead now, no retry spent
-        return Outcome(claim, result, 0.0, job.attempt)
-    delay = handler.retry_delay(job.attempt) if handler is not None else None
-    if delay is None:
-        if handler is not None and handler.backoff is not None:
-            log.error("job.backoff_failed id=%s type=%s: the handler's backoff gave no delay; the global one is used",
-                      job.id, job.type)
-        delay = settings.retry_delay(job.attempt)
-    return Outcome(claim, result, delay, handler.max_retries if handler else None)
+    """What a run of ``claim``'s job by ``handler`` comes to (:func:`jobq.handlers.verdict.decide`)."""
+    verdict = decided(claim.job, result, handler, settings)
+    return Outcome(claim, verdict.result, verdict.delay, verdict.max_retries)
 
 
 @dataclass
