@@ -15,6 +15,9 @@ and refused by its lease, never counted a second time).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psycopg
 import pytest
 
@@ -23,15 +26,62 @@ from support import ledger
 from support.waiting import wait_for
 from test_hosts_partition import SERVER_DEAD, SETTINGS, SLACK
 
-pytestmark = [pytest.mark.db, pytest.mark.chaos, pytest.mark.hosts]
+pytestmark = [pytest.mark.db, pytest.mark.hosts]
 
 WORKERS = 4
 LONG = 6.0  # seconds: a long job's run, cut off mid-run
 LONG_JOBS = 3 * WORKERS - 3  # more than two hosts' workers: every host runs one at the cut
 SHORT = 0.02  # seconds: a short job's run; a stream of them is finishing at the cut
 SHORT_JOBS = 1500
+# A client on a host: connects (the client gives up on data unacknowledged for 2 s), says
+# so, waits for a line, then inserts its argument and says whether the answer came.
+PROBE = """
+import sys, psycopg
+conn = psycopg.connect(sys.argv[1], autocommit=True, connect_timeout=5, tcp_user_timeout=2000)
+conn.execute("SELECT 1")
+print("connected", flush=True)
+sys.stdin.readline()
+try:
+    conn.execute("INSERT INTO probe VALUES (%s)", (sys.argv[2],))
+    print("answered", flush=True)
+except psycopg.OperationalError:
+    print("no answer", flush=True)
+"""
 
 
+def probe(host, fault: str | None, tag: str) -> str:
+    """What the host's client saw of an insert sent after ``fault`` was done to the host."""
+    client = subprocess.Popen(["ip", "netns", "exec", host.namespace, sys.executable, "-c", PROBE,
+                               host.database_url, tag], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline() == "connected\n"
+        if fault is not None:
+            getattr(host, fault)()
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        return client.communicate(timeout=SLACK)[0].strip()
+    finally:
+        client.kill()
+        client.wait()
+
+
+def test_deafen_runs_the_hosts_statements_unanswered_and_mute_never_delivers_them(cluster):
+    """The harness's one-way drops do what they say, to a client's insert: deafened, it
+    is carried out and its answer never comes; muted, it never arrives; healed, both ways."""
+    host = cluster.hosts[0]
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE probe (tag text)")
+        seen = {"deafen": probe(host, "deafen", "deaf")}
+        host.heal()
+        seen["mute"] = probe(host, "mute", "mute")
+        host.heal()
+        seen["healed"] = probe(host, None, "healed")
+        inserted = sorted(tag for (tag,) in conn.execute("SELECT tag FROM probe"))
+    assert seen == {"deafen": "no answer", "mute": "no answer", "healed": "answered"}
+    assert inserted == ["deaf", "healed"]
+
+
+@pytest.mark.chaos
 def test_one_way_drops_lose_nothing_and_no_two_runs_of_a_job_overlap(cluster, tmp_path):
     """Two rounds, a drain of long and short jobs each: host1 deafened, then host2 muted."""
     path = tmp_path / "ledger"
