@@ -24,6 +24,7 @@ import pytest
 import jobq
 from jobq.jobs import operations
 from support import ledger
+from support.netns import Host
 from support.waiting import wait_for
 from test_hosts import host_of, leaders
 from test_hosts_partition import SETTINGS, SLACK
@@ -101,7 +102,7 @@ def test_a_bulk_cancel_whose_host_is_lost_is_resumed_elsewhere_and_matches_what_
     assert cut_off >= 1
 
 
-def sessions_of(conn: psycopg.Connection, host) -> int:
+def sessions_of(conn: psycopg.Connection, host: Host) -> int:
     """How many sessions the server has from ``host``'s address."""
     return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE client_addr = %s::inet",
                         (host.address,)).fetchone()[0]

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 
 import psycopg
 import pytest
 
 import jobq
 from support import ledger
+from support.netns import Host
 from support.waiting import wait_for
 from test_hosts_partition import SERVER_DEAD, SETTINGS, SLACK
 
@@ -49,7 +51,7 @@ except psycopg.OperationalError:
 """
 
 
-def probe(host, fault: str | None, tag: str) -> str:
+def probe(host: Host, fault: str | None, tag: str) -> str:
     """What the host's client saw of an insert sent after ``fault`` was done to the host."""
     client = subprocess.Popen(["ip", "netns", "exec", host.namespace, sys.executable, "-c", PROBE,
                                host.database_url, tag], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -107,7 +109,7 @@ def test_one_way_drops_lose_nothing_and_no_two_runs_of_a_job_overlap(cluster, tm
             cut_off[fault] = sum(r.job_id in long_jobs for r in running)
             host.heal()
         runs = ledger.runs(path)
-        ran_twice = sum(n > 1 for n in ledger.Counter(r.job_id for r in runs).values())
+        ran_twice = sum(n > 1 for n in Counter(r.job_id for r in runs).values())
         counts = ledger.tally("one-way drops", conn, runs, enqueued, **{
             "long jobs cut off mid-run": sum(cut_off.values()), "ran again after a cut": ran_twice,
             "late writes refused": jobq.counts(conn=conn).totals.get("stale_lease_rejections_total", 0)})
