@@ -38,15 +38,6 @@ def start_all(cluster, tmp_path: Path, conn: psycopg.Connection, seconds: float 
     return path
 
 
-def tally(name: str, conn: psycopg.Connection, runs: list[ledger.Run], enqueued: int) -> dict[str, int]:
-    done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
-    counts = {"enqueued": enqueued, "done": done, "lost": enqueued - done,
-              "overlapping runs": len(ledger.overlapping(runs)),
-              "recorded done": jobq.counts(conn=conn).totals["done_total"]}
-    print(f"\n{name} | " + " | ".join(f"{k} {v}" for k, v in counts.items()) + f" | runs by host {dict(ledger.per_host(runs))}")
-    return counts
-
-
 def test_a_host_frozen_for_three_stale_thresholds_and_thawed_records_nothing_twice(cluster, tmp_path):
     """Frozen, its sessions stay connected (the kernel still answers for them), so its
     jobs' locks are held and the stale reaper of the other hosts leaves them. Thawed
@@ -61,7 +52,7 @@ def test_a_host_frozen_for_three_stale_thresholds_and_thawed_records_nothing_twi
         frozen.thaw()
         wait_for(lambda: jobq.counts(conn=conn).depth["done"] == 3 * WORKERS, 3 * STALE + 2 * SECONDS + 2 * SLACK,
                  "every job done")
-        counts = tally("freeze", conn, ledger.runs(path), 3 * WORKERS)
+        counts = ledger.tally("freeze", conn, ledger.runs(path), 3 * WORKERS)
         retried = conn.execute("SELECT count(*) FROM jobs WHERE attempt = 1 "
                                "AND errors->0->>'error' LIKE 'stopped by its worker: its database connection%%'").fetchone()[0]
         others = conn.execute("SELECT count(*) FROM jobs WHERE attempt = 0").fetchone()[0]
@@ -86,7 +77,7 @@ def test_a_host_killed_whole_has_its_jobs_run_again_elsewhere_once(cluster, tmp_
         for run in runs:  # the lost host's runs ended when it was killed
             if run.host == lost.name and run.ended is None:
                 run.ended, run.how = killed_at, "killed"
-        counts = tally("host killed", conn, runs, 3 * WORKERS)
+        counts = ledger.tally("host killed", conn, runs, 3 * WORKERS)
         charged = conn.execute("SELECT count(*) FROM jobs WHERE attempt = 1 AND errors->0->>'error' = 'worker lost'").fetchone()[0]
     assert counts == {"enqueued": 12, "done": 12, "lost": 0, "overlapping runs": 0, "recorded done": 12}
     assert lost_jobs == WORKERS and charged == lost_jobs

@@ -16,6 +16,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
+import jobq
+
 ENV = "JOBQ_TEST_LEDGER"  # the ledger file's path, in the workers' environment
 
 
@@ -81,3 +85,17 @@ def per_host(all_runs: list[Run]) -> Counter[str]:
 def running_by_host(all_runs: list[Run]) -> Counter[str]:
     """The runs without an end (running, or killed), by host."""
     return Counter(run.host for run in all_runs if run.ended is None)
+
+
+def tally(name: str, conn: psycopg.Connection, all_runs: list[Run], enqueued: int, **more: int) -> dict[str, int]:
+    """The scenario's counts, printed as a row of the table in docs/reliability.md:
+    enqueued, done (jobs whose status is done), lost (enqueued and not done), overlapping
+    runs (in the ledger), outcomes recorded (``done_total``: more than done is an outcome
+    recorded twice), and ``more``."""
+    done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
+    counts = {"enqueued": enqueued, "done": done, "lost": enqueued - done,
+              "overlapping runs": len(overlapping(all_runs)),
+              "recorded done": jobq.counts(conn=conn).totals.get("done_total", 0), **more}
+    print(f"\n{name} | " + " | ".join(f"{k} {v}" for k, v in counts.items())
+          + f" | runs by host {dict(per_host(all_runs))}")
+    return counts

@@ -12,9 +12,17 @@ Faults are done to a host as a whole:
 
 - ``partition``: the database's end of the host's pair goes down; the host's end loses
   its carrier. Nothing is closed: both sides see a silent peer (half-open), as a cut
-  cable or a lost host looks. ``heal`` brings it back.
+  cable or a lost host looks. ``heal`` brings it back (and ends a one-way drop).
+- One-way drops (no netem, nft or iptables needed): a permanent neighbour entry that
+  gives the peer's address a MAC address nobody has, so that frames sent that way reach
+  the other end of the pair and are dropped there (not addressed to it) while the other
+  direction still flows. ``deafen``: the database's packets to the host are dropped, the
+  host's still arrive (its queries run, their answers and ACKs never come back);
+  ``mute``: the host's packets to the database are dropped, the database's still arrive.
+  The sender gets no error: to it the peer has gone silent.
 - ``freeze``: SIGSTOP of every process of the host (a frozen VM); ``thaw``: SIGCONT.
-- ``kill``: SIGKILL of every process of the host (a lost host).
+- ``kill``: SIGKILL of every process of the host (a lost host): its supervisor and its
+  children, and every process started with :meth:`Host.run` (a CLI command, a Gunicorn).
 
 Needs root (network namespaces) and iproute2's ``ip`` (``make test-hosts`` installs it
 with apt-get where missing). :func:`require` fails the test naming what is missing:
@@ -29,7 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -43,6 +51,7 @@ from support.db import TEST_SERVER_SETTINGS
 
 PORT = 5432
 SUBNET = "10.231"
+NOBODY = "02:00:00:00:00:01"  # a locally administered MAC address no interface here has
 
 
 def require() -> None:
@@ -68,14 +77,19 @@ class Host:
     db_namespace: str
     number: int
     daemon: Daemon | None = None
+    others: list[subprocess.Popen] = field(default_factory=list)  # started by run(): they die with the host
 
     @property
     def address(self) -> str:
         return f"{SUBNET}.{self.number}.2"
 
     @property
+    def database_address(self) -> str:
+        return f"{SUBNET}.{self.number}.1"
+
+    @property
     def database_url(self) -> str:
-        return f"postgresql://postgres@{SUBNET}.{self.number}.1:{PORT}/postgres"
+        return f"postgresql://postgres@{self.database_address}:{PORT}/postgres"
 
     def start(self, log_dir: Path, concurrency: int, **env: str) -> Daemon:
         self.daemon = Daemon(self.database_url, log_dir / f"{self.name}.log", concurrency,
@@ -83,15 +97,42 @@ class Host:
         self.daemon.start(prefix=("ip", "netns", "exec", self.namespace))
         return self.daemon
 
+    def run(self, args: list[str], log_path: Path, **env: str) -> subprocess.Popen:
+        """Start ``args`` on this host (in its namespace, DATABASE_URL its database's
+        address), in a session of its own, its output in ``log_path``; it dies with the host."""
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(["ip", "netns", "exec", self.namespace, *args], cwd=log_path.parent,
+                                       env={**os.environ, "DATABASE_URL": self.database_url, **env},
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.others.append(process)
+        return process
+
     def processes(self) -> list[int]:
-        assert self.daemon is not None
-        return [self.daemon.pid, *worker_pids_of_session(self.daemon.pid)]
+        """Every live process of the host: its supervisor's session, and those of :meth:`run`."""
+        sessions = [process.pid for process in self.others if process.poll() is None]
+        if self.daemon is not None:
+            sessions.append(self.daemon.pid)
+        return [pid for sid in sessions for pid in (sid, *worker_pids_of_session(sid))]
 
     def partition(self) -> None:
         ip("-n", self.db_namespace, "link", "set", self.device, "down")
 
+    def deafen(self) -> None:
+        """Drop the database's packets to this host; the host's still arrive."""
+        ip("-n", self.db_namespace, "neigh", "replace", self.address, "lladdr", NOBODY, "dev", self.device,
+           "nud", "permanent")
+
+    def mute(self) -> None:
+        """Drop this host's packets to the database; the database's still arrive."""
+        ip("-n", self.namespace, "neigh", "replace", self.database_address, "lladdr", NOBODY, "dev", "eth0",
+           "nud", "permanent")
+
     def heal(self) -> None:
+        """The link up again, both directions through (the neighbours learnt again by ARP)."""
         ip("-n", self.db_namespace, "link", "set", self.device, "up")
+        for namespace, address, device in ((self.db_namespace, self.address, self.device),
+                                           (self.namespace, self.database_address, "eth0")):
+            subprocess.run(["ip", "-n", namespace, "neigh", "del", address, "dev", device], capture_output=True)
 
     def freeze(self) -> None:
         self._signal(signal.SIGSTOP)
@@ -147,6 +188,10 @@ class Cluster:
     def down(self) -> None:
         """Stop every host's processes and the server; remove the namespaces."""
         for host in self.hosts:
+            for process in host.others:
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
             if host.daemon is not None:
                 host.heal()
                 host.thaw()
