@@ -48,26 +48,47 @@ CREATE UNLOGGED TABLE jobq_workflow_tally (
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000);
 
 -- A step's parent finished (p_outcome: done, dead, cancelled, failed or deleted): each
--- edge from it is settled once (outcome IS NULL; the edges' primary key) and its child
--- is owed one parent in this transaction's tally (its primary key: one row per child;
--- the conflict path adds; the first row may open a round, see below). A step's former job (replaced by retry_workflow) has no step
--- row: nothing is settled. One statement (PL/pgSQL: its plan is kept, where a SQL
--- function's would be made again at each call); no lock but the edges' own rows.
+-- edge from it is settled once (outcome IS NULL; the edges' primary key). Then, for each
+-- child:
+--   * the parent done and the child's last unfinished parent (its committed count is 1,
+--     read again under its row lock, and this transaction owes it nothing yet: no spawn,
+--     no other parent): the count goes to 0 and the child is released here, in the
+--     outcome statement, so that the claim sent with it (the same transaction) can take
+--     it: a chain's next step, a fan-out's children. No other transaction can be
+--     counting this child down (its other parents have all committed), so this early
+--     lock waits on nobody's commit but an apply already under way, and deadlocks with
+--     no other settlement.
+--   * otherwise the child is owed one parent in this transaction's tally (its primary
+--     key: one row per child; the conflict path adds; the first row may open a round,
+--     see below): counted, cancelled or released at commit.
+-- A step's former job (replaced by retry_workflow) has no step row: nothing is settled.
+-- PL/pgSQL: its plans are kept, where a SQL function's would be made again at each call.
 CREATE OR REPLACE FUNCTION jobq_workflow_settle(p_workflow bigint, p_job bigint, p_outcome text, p_result jsonb, p_error text)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    released text[];
 BEGIN
     WITH parent AS (SELECT s.name FROM jobq_workflow_steps AS s WHERE s.job_id = p_job AND s.workflow_id = p_workflow),
     settled AS (UPDATE jobq_workflow_edges AS e SET outcome = p_outcome, result = p_result, error = p_error
         FROM parent WHERE e.workflow_id = p_workflow AND e.parent = parent.name AND e.outcome IS NULL
-        RETURNING e.child, parent.name AS parent)
-    INSERT INTO jobq_workflow_tally AS t (workflow_id, child, settled, failure, opens_round)
-    SELECT p_workflow, child, 1, CASE WHEN p_outcome <> 'done'
-        THEN format('parent step %s (job %s) ended %s', parent, p_job, p_outcome) END,
-        row_number() OVER () = 1
-        AND NOT EXISTS (SELECT FROM jobq_workflow_tally WHERE xact = pg_current_xact_id())
-    FROM settled
-    ON CONFLICT (xact, workflow_id, child)
-    DO UPDATE SET settled = t.settled + excluded.settled, failure = coalesce(t.failure, excluded.failure);
+        RETURNING e.child, parent.name AS parent),
+    last AS (UPDATE jobq_workflow_steps AS s SET parents_left = 0
+        FROM settled WHERE p_outcome = 'done' AND s.workflow_id = p_workflow AND s.name = settled.child
+        AND s.parents_left = 1 AND NOT EXISTS (SELECT FROM jobq_workflow_tally AS t
+            WHERE t.xact = pg_current_xact_id() AND t.workflow_id = p_workflow AND t.child = s.name)
+        RETURNING s.name),
+    owed AS (INSERT INTO jobq_workflow_tally AS t (workflow_id, child, settled, failure, opens_round)
+        SELECT p_workflow, child, 1, CASE WHEN p_outcome <> 'done'
+            THEN format('parent step %s (job %s) ended %s', parent, p_job, p_outcome) END,
+            row_number() OVER () = 1
+            AND NOT EXISTS (SELECT FROM jobq_workflow_tally WHERE xact = pg_current_xact_id())
+        FROM settled WHERE settled.child NOT IN (SELECT name FROM last)
+        ON CONFLICT (xact, workflow_id, child)
+        DO UPDATE SET settled = t.settled + excluded.settled, failure = coalesce(t.failure, excluded.failure))
+    SELECT array_agg(name) INTO released FROM last;
+    IF released IS NOT NULL THEN
+        PERFORM jobq_workflow_release(p_workflow, released);
+    END IF;
 END
 $$;
 
