@@ -28,7 +28,11 @@
 --   * a cancel that cascades (the cancelled children's rows leave jobs_waiting, their
 --     own edges are settled and tallied) is applied by the next deferred event, in the
 --     same commit: a chain of any depth is cancelled round by round, not by triggers
---     nested as deep as the chain (PostgreSQL's max_stack_depth).
+--     nested as deep as the chain (PostgreSQL's max_stack_depth). Each round locks its
+--     children in order; two rounds are ordered by depth, not by name, so a cascade can
+--     still meet another transaction's commit in a deadlock (as can an operator's
+--     cancel_workflow, which locks the steps' jobs before their step rows): rare, and
+--     PostgreSQL aborts one, whose writer retries.
 --   * jobq.spawn's new parents are added to the children's count through the same
 --     tally (a negative settled), at the spawner's commit: no child row locked early.
 --
