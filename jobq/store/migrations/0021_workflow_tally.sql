@@ -13,9 +13,11 @@
 -- Now the settlement is split in two, both in the outcome's transaction as before:
 --   * the row trigger (jobs_left_unfinished, unchanged, calling jobq_workflow_settle)
 --     settles the parent's edges (rows of the parent's own: no other writer) and notes
---     what each child is owed in jobq_workflow_tally, one row per transaction and child
---     (settled: parents finished; failure: why, when one did not end done). No lock on
---     any child.
+--     what each child is owed in jobq_workflow_tally, a row per transaction, parent and
+--     child, inserted only (settled: parents finished; failure: why, when one did not
+--     end done). No lock on any child, but for a child whose last unfinished parent
+--     this is (a chain's next step, a fan-out's children), released right there as
+--     before, so that the claim sent in the same transaction can take it.
 --   * at commit, a deferred constraint trigger on the tally (jobq_workflow_tally_apply)
 --     takes the transaction's rows at once, locks their children's step rows in
 --     (workflow, name) order, decrements parents_left by what each is owed, cancels the
@@ -47,9 +49,9 @@ CREATE UNLOGGED TABLE jobq_workflow_tally (
     child       text    NOT NULL,
     settled     integer NOT NULL,
     failure     text,
-    opens_round boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (xact, workflow_id, child)
+    opens_round boolean NOT NULL DEFAULT false
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 5000);
+CREATE INDEX jobq_workflow_tally_xact_idx ON jobq_workflow_tally (xact, workflow_id, child);
 
 -- A step's parent finished (p_outcome: done, dead, cancelled, failed or deleted): each
 -- edge from it is settled once (outcome IS NULL; the edges' primary key). Then, for each
@@ -62,9 +64,9 @@ CREATE UNLOGGED TABLE jobq_workflow_tally (
 --     counting this child down (its other parents have all committed), so this early
 --     lock waits on nobody's commit but an apply already under way, and deadlocks with
 --     no other settlement.
---   * otherwise the child is owed one parent in this transaction's tally (its primary
---     key: one row per child; the conflict path adds; the first row may open a round,
---     see below): counted, cancelled or released at commit.
+--   * otherwise the child is owed one parent in this transaction's tally (a row per
+--     parent and child, inserted only, summed at the apply; the first row may open a
+--     round, see below): counted, cancelled or released at commit.
 -- A step's former job (replaced by retry_workflow) has no step row: nothing is settled.
 -- PL/pgSQL: its plans are kept, where a SQL function's would be made again at each call.
 CREATE OR REPLACE FUNCTION jobq_workflow_settle(p_workflow bigint, p_job bigint, p_outcome text, p_result jsonb, p_error text)
@@ -81,14 +83,12 @@ BEGIN
         AND s.parents_left = 1 AND NOT EXISTS (SELECT FROM jobq_workflow_tally AS t
             WHERE t.xact = pg_current_xact_id() AND t.workflow_id = p_workflow AND t.child = s.name)
         RETURNING s.name),
-    owed AS (INSERT INTO jobq_workflow_tally AS t (workflow_id, child, settled, failure, opens_round)
+    owed AS (INSERT INTO jobq_workflow_tally (workflow_id, child, settled, failure, opens_round)
         SELECT p_workflow, child, 1, CASE WHEN p_outcome <> 'done'
             THEN format('parent step %s (job %s) ended %s', parent, p_job, p_outcome) END,
             row_number() OVER () = 1
             AND NOT EXISTS (SELECT FROM jobq_workflow_tally WHERE xact = pg_current_xact_id())
-        FROM settled WHERE settled.child NOT IN (SELECT name FROM last)
-        ON CONFLICT (xact, workflow_id, child)
-        DO UPDATE SET settled = t.settled + excluded.settled, failure = coalesce(t.failure, excluded.failure))
+        FROM settled WHERE settled.child NOT IN (SELECT name FROM last))
     SELECT array_agg(name) INTO released FROM last;
     IF released IS NOT NULL THEN
         PERFORM jobq_workflow_release(p_workflow, released);
@@ -97,7 +97,7 @@ END
 $$;
 
 -- At commit (deferred), once per round of a transaction's tally: takes every row of the
--- transaction (the primary key's prefix). Children's step rows locked in (workflow,
+-- transaction (jobq_workflow_tally_xact_idx), summed by child. Children's step rows locked in (workflow,
 -- name) order before any is written; a failure cancels the children whose
 -- on_parent_failure is 'cancel' (job rows locked in id order, status rechecked: only a
 -- waiting step); the children left with no unfinished parent are released, one
@@ -122,10 +122,12 @@ DECLARE
     released record;
 BEGIN
     WITH taken AS (DELETE FROM jobq_workflow_tally AS t WHERE t.xact = pg_current_xact_id()
-                   RETURNING t.workflow_id, t.child, t.settled, t.failure)
+                   RETURNING t.workflow_id, t.child, t.settled, t.failure),
+    by_child AS (SELECT workflow_id, child, sum(settled)::integer AS settled, min(failure) AS failure
+                 FROM taken GROUP BY workflow_id, child)
     SELECT array_agg(workflow_id ORDER BY workflow_id, child), array_agg(child ORDER BY workflow_id, child),
            array_agg(settled ORDER BY workflow_id, child), array_agg(failure ORDER BY workflow_id, child)
-    INTO wfs, children, owed, failures FROM taken;
+    INTO wfs, children, owed, failures FROM by_child;
     PERFORM FROM jobq_workflow_steps AS s JOIN unnest(wfs, children) AS t(workflow_id, child)
         ON s.workflow_id = t.workflow_id AND s.name = t.child
     ORDER BY s.workflow_id, s.name FOR UPDATE OF s;
@@ -190,12 +192,11 @@ BEGIN
         WHERE e.workflow_id = NEW.workflow_id AND e.parent = parent_name AND e.outcome IS NULL),
     edges AS (INSERT INTO jobq_workflow_edges (workflow_id, parent, child)
         SELECT NEW.workflow_id, items.name, children.child FROM items, children)
-    INSERT INTO jobq_workflow_tally AS t (workflow_id, child, settled, opens_round)
+    INSERT INTO jobq_workflow_tally (workflow_id, child, settled, opens_round)
     SELECT NEW.workflow_id, child, -(SELECT count(*) FROM items)::integer,
            row_number() OVER () = 1
         AND NOT EXISTS (SELECT FROM jobq_workflow_tally WHERE xact = pg_current_xact_id())
-    FROM children
-    ON CONFLICT (xact, workflow_id, child) DO UPDATE SET settled = t.settled + excluded.settled;
+    FROM children;
     RETURN NEW;
 END
 $$;
