@@ -97,11 +97,11 @@ END
 $$;
 
 -- At commit (deferred), once per round of a transaction's tally: takes every row of the
--- transaction (jobq_workflow_tally_xact_idx), summed by child. Children's step rows locked in (workflow,
--- name) order before any is written; a failure cancels the children whose
--- on_parent_failure is 'cancel' (job rows locked in id order, status rechecked: only a
--- waiting step); the children left with no unfinished parent are released, one
--- statement per workflow.
+-- transaction (jobq_workflow_tally_xact_idx), summed by child (a failure: one of the
+-- parents' reasons). Children's step rows locked in (workflow, name) order before any is
+-- written; a failure cancels the children whose on_parent_failure is 'cancel' (job rows
+-- locked in id order, status rechecked: only a waiting step); the children left with no
+-- unfinished parent are released, one statement per workflow.
 --
 -- A round: the row that a transaction's first settlement inserts while it has no row in
 -- the tally opens one (opens_round), and only that row's insert queues the deferred
