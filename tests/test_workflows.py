@@ -126,21 +126,28 @@ def test_two_parents_finishing_at_the_same_moment_release_the_step_once(conn):
     b = wf.add("wf_step", {"value": 2}, name="b")
     c = wf.add("wf_step", after=[a, b], name="c")
     run = wf.enqueue(conn=conn)
-    with psycopg.connect(conn.info.dsn) as first, psycopg.connect(conn.info.dsn) as second:
+    with (psycopg.connect(conn.info.dsn) as first, psycopg.connect(conn.info.dsn) as second,
+          psycopg.connect(conn.info.dsn) as holder):
         held = {claim.job_id: claim for claim in _claim_all(first, 2)}
         first.commit()
         leases.complete(first, [held[run.jobs[a].id]], ['{"value": 1}'], [0.0], lock_base=0).result()
-        # a's outcome is written, not committed; b's, in another transaction, waits on
-        # the step's row and then sees a finished: one of them releases c.
-        waiter = threading.Thread(target=lambda: (
-            leases.complete(second, [held[run.jobs[b].id]], ['{"value": 2}'], [0.0], lock_base=0).result(),
-            second.commit()))
-        waiter.start()
+        leases.complete(second, [held[run.jobs[b].id]], ['{"value": 2}'], [0.0], lock_base=0).result()
+        # Both outcomes are written, neither committed: each counts its parent down at
+        # its commit, under the step's row lock. Holding that lock here makes both
+        # commits wait on it at once; let go, one decides after the other has committed
+        # and sees it: c is released once, with both results.
+        holder.execute("SELECT FROM jobq_workflow_steps WHERE name = 'c' FOR UPDATE")
+        committers = [threading.Thread(target=session.commit) for session in (first, second)]
+        for committer in committers:
+            committer.start()
         time.sleep(0.5)
-        assert waiter.is_alive()  # blocked on the step's row lock
-        first.commit()
-        waiter.join(10)
-        assert not waiter.is_alive()
+        assert all(committer.is_alive() for committer in committers)  # both blocked on the step's row lock
+        assert scalar(conn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") == 2
+        holder.commit()
+        for committer in committers:
+            committer.join(10)
+            assert not committer.is_alive()
+    assert scalar(conn, "SELECT parents_left FROM jobq_workflow_steps WHERE name = 'c'") == 0
     step = jobq.get(run.jobs[c].id, conn=conn)
     assert step.status == "pending" and step.parent_results == {"a": {"value": 1}, "b": {"value": 2}}
 

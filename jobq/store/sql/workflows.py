@@ -5,7 +5,9 @@ whole workflow; and a waiter's registration of interest in a job's end.
 The release of a step is not here: it is the database's, in the row trigger of
 migration 0015 (``jobs_left_unfinished`` -> ``jobq_workflow_settle`` ->
 ``jobq_workflow_release``), fired by whatever statement moves a parent out of the
-unfinished partitions, inside that statement's transaction.
+unfinished partitions, inside that statement's transaction; since migration 0021 a
+child that is not released there (it has other parents, or is cancelled) is counted at
+that transaction's commit (``jobq_workflow_tally`` and its deferred trigger).
 
 Run by :mod:`jobq.workflows` (submission, runs, operations, waiting).
 """
