@@ -46,6 +46,7 @@ from jobq.job import STATUSES, DeadLetter, Job
 from jobq.jobs.control import cancel, delete, retry, run_now
 from jobq.jobs.ledger import counts, get, list_jobs
 from jobq.handlers.context import cancel_requested, progress
+from jobq.limits import clear_limit, list_limits, queue_limits, set_limit, set_queue_limits
 
 __version__ = "0.1.0"
 
@@ -74,6 +75,7 @@ __all__ = [
     "UnknownJobType",
     "cancel",
     "cancel_requested",
+    "clear_limit",
     "delete",
     "counts",
     "discard_dead",
@@ -83,10 +85,14 @@ __all__ = [
     "get_dead",
     "list_dead",
     "list_jobs",
+    "list_limits",
     "periodic",
     "progress",
+    "queue_limits",
     "register",
     "replay",
     "retry",
     "run_now",
+    "set_limit",
+    "set_queue_limits",
 ]

@@ -86,6 +86,7 @@ class Job(_Row):
     scheduled_for: datetime | None = None  # its slot (UTC); None for a schedule's run-now
     snoozes: int = 0  # times its handler raised jobq.Snooze (no attempt counted for them)
     unique_while: str = "always"  # how long idempotency_key keeps another job out (jobq.spec)
+    concurrency_key: str | None = None  # the key its limits count it under (jobq.limits)
 
 
 @dataclasses.dataclass(slots=True)

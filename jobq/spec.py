@@ -29,6 +29,7 @@ from jobq.errors import InvalidArgument
 MAX_TYPE_LENGTH = 200
 MAX_QUEUE_LENGTH = 100
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
+MAX_CONCURRENCY_KEY_LENGTH = 255
 MAX_PAYLOAD_DEPTH = 64
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 100
@@ -83,6 +84,11 @@ class JobSpec(BaseModel):
         "`pending` (while it waits to run). Keys share one namespace, whatever their scope. Needs an "
         "idempotency_key.",
     )
+    concurrency_key: Annotated[Name, Field(max_length=MAX_CONCURRENCY_KEY_LENGTH)] | None = Field(
+        None,
+        description="The key its limits count it under (`tenant:42`): rules on key patterns "
+        "(`PUT /limits/tenant:*`) limit how many jobs of each key run at once, and how often they start.",
+    )
     tags: list[Tag] | None = Field(
         None,
         max_length=MAX_TAGS,
@@ -103,7 +109,7 @@ class JobSpec(BaseModel):
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
-    @field_validator("type", "queue", "idempotency_key")
+    @field_validator("type", "queue", "idempotency_key", "concurrency_key")
     @classmethod
     def _text_storable(cls, value: str | None) -> str | None:
         if value is not None:
@@ -152,14 +158,14 @@ class JobSpec(BaseModel):
     def row(self) -> Row:
         """The job as the inserts take it (see :data:`Row`)."""
         return (self.type, self.queue, self.payload, self.priority, self.max_retries, self.run_at,  # type: ignore[return-value]
-                self.idempotency_key, self.tags, self.unique_while)
+                self.idempotency_key, self.tags, self.unique_while, self.concurrency_key)
 
 
 # A validated job as jobq.jobs.submit inserts it: (type, queue, payload, priority, max_retries,
-# run_at, idempotency_key, tags, unique_while), payload a JsonObject, run_at in UTC or
+# run_at, idempotency_key, tags, unique_while, concurrency_key), payload a JsonObject, run_at in UTC or
 # None (now), tags a list or None, unique_while as given (None: the default). A plain
 # tuple: a batch of 1,000 is built and read in a few hundred microseconds.
-Row = tuple[str, str, "JsonObject", int, int, datetime | None, str | None, list[str] | None, str | None]
+Row = tuple[str, str, "JsonObject", int, int, datetime | None, str | None, list[str] | None, str | None, str | None]
 
 
 def key_scope(unique_while: str | None, idempotency_key: str | None) -> str:
@@ -292,6 +298,9 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
     key, scope, tags, run_at = get("idempotency_key"), get("unique_while"), get("tags"), get("run_at")
     if key is not None and not _plain_text(key, MAX_IDEMPOTENCY_KEY_LENGTH, checked):
         return None
+    concurrency_key = get("concurrency_key")
+    if concurrency_key is not None and not _plain_text(concurrency_key, MAX_CONCURRENCY_KEY_LENGTH, checked):
+        return None
     if scope is not None and (type(scope) is not str or scope not in _SCOPES):
         return None
     if tags is not None:
@@ -316,7 +325,7 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
             return None
     except Exception:  # not storable, or out of range: JobSpec says why
         return None
-    return (type_, queue, payload, priority, max_retries, run_at, key, tags, scope)
+    return (type_, queue, payload, priority, max_retries, run_at, key, tags, scope, concurrency_key)
 
 
 def _plain_text(value: Any, max_length: int, checked: set[str]) -> bool:

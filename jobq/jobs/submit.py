@@ -22,6 +22,7 @@ from psycopg.rows import class_row
 from jobq.store.sql.counters import COUNTER_GET_PENDING
 from jobq.store.sql.enqueue import (
     JOB_COPY,
+    JOB_COPY_WITH_KEYS,
     JOB_COPY_WITH_TAGS,
     JOB_GET_BY_IDS,
     JOB_GET_KEY_HOLDERS,
@@ -49,7 +50,7 @@ from jobq.spec import (
 
 COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
 # Positions in a spec Row that are read by name here.
-RUN_AT, KEY, TAGS, SCOPE = 5, 6, 7, 8
+RUN_AT, KEY, TAGS, SCOPE, CONCURRENCY_KEY = 5, 6, 7, 8, 9
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
 # A key's holder can leave its scope (be claimed, finish) between the insert that met it
 # and the read of it: the insert is tried again, this many times at most.
@@ -75,6 +76,7 @@ def enqueue(
     idempotency_key: str | None = None,
     tags: Iterable[str] | None = None,
     unique_while: str | None = None,
+    concurrency_key: str | None = None,
     conn: Connection | None = None,
 ) -> Job:
     """Add one job and return it.
@@ -84,7 +86,8 @@ def enqueue(
     returns that job and adds nothing. A key is held, by the job that has it, for as
     long as ``unique_while`` says: ``"always"`` (the default: while that job's row
     exists), ``"active"`` (while it is pending, claimed or running) or ``"pending"``
-    (while it waits to run). Raises :class:`InvalidArgument` naming a bad argument, and
+    (while it waits to run). ``concurrency_key`` (``"tenant:42"``): the key that
+    rules on keys (:func:`jobq.set_limit`) count the job under. Raises :class:`InvalidArgument` naming a bad argument, and
     :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
     caller commits; without, the job is committed before this returns.
     """
@@ -99,6 +102,7 @@ def enqueue(
             "idempotency_key": idempotency_key,
             "tags": tags if tags is None or isinstance(tags, (str, list)) else list(tags),
             "unique_while": unique_while,
+            "concurrency_key": concurrency_key,
         }
     )
     return submit(spec, conn=conn).job
@@ -268,10 +272,13 @@ def _copy(conn: Connection, rows: list[Row]) -> list[Job]:
     reservation's timestamp as created_at (and run_at for those due now): what the column
     defaults would give in one transaction, and the same in autocommit."""
     now, ids = conn.execute(JOB_RESERVE_IDS, {"n": len(rows)}).fetchone()  # type: ignore[misc]
-    # The tags column only when some job has tags: a field fewer per row otherwise.
-    tagged = any(row[TAGS] for row in rows)
-    with conn.cursor().copy(JOB_COPY_WITH_TAGS if tagged else JOB_COPY) as copy:
-        for data in job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding):
+    # The tags column only when some job has tags, the keys' only when some has a
+    # concurrency key (with tags): fewer fields per row otherwise.
+    keyed = any(row[CONCURRENCY_KEY] is not None for row in rows)
+    tagged = keyed or any(row[TAGS] for row in rows)
+    statement = JOB_COPY_WITH_KEYS if keyed else JOB_COPY_WITH_TAGS if tagged else JOB_COPY
+    with conn.cursor().copy(statement) as copy:
+        for data in job_rows(rows, ids, now, tags=tagged, keys=keyed, encoding=conn.info.encoding):
             copy.write(data)  # the server takes in these rows while the next are made...
         # ...and the last ones while the jobs are built
         return [_new_job(row, job_id, row[RUN_AT] or now, now) for job_id, row in zip(ids, rows)]
@@ -325,13 +332,13 @@ def _new_job(row: Row, job_id: int, run_at: datetime, created_at: datetime) -> J
     """The row just inserted, built here rather than read back: every other column holds
     its default. Positional, in the order of Job's fields (a third of the cost of
     keywords; tests/test_enqueue.py compares it with the row as read back)."""
-    type_, queue, payload, priority, max_retries, _, key, tags, scope = row
+    type_, queue, payload, priority, max_retries, _, key, tags, scope, concurrency_key = row
     return Job(
         job_id, type_, queue, payload, "pending", priority, 0, max_retries, run_at,
         None, None, None, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at; created_at
         None, None, [], None, None,  # result, error, errors, worker_id, lease
         key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
-        scope or DEFAULT_UNIQUE_WHILE,
+        scope or DEFAULT_UNIQUE_WHILE, concurrency_key,
     )
 
 
@@ -345,7 +352,7 @@ def check_admission(conn: Connection, max_pending: int) -> None:
 
 
 def _row_params(row: Row) -> dict[str, Any]:
-    type_, queue, payload, priority, max_retries, run_at, key, tags, scope = row
+    type_, queue, payload, priority, max_retries, run_at, key, tags, scope, concurrency_key = row
     return {
         "type": type_,
         "queue": queue,
@@ -356,11 +363,12 @@ def _row_params(row: Row) -> dict[str, Any]:
         "idempotency_key": key,
         "tags": tags,
         "unique_while": key_scope(scope, key),
+        "concurrency_key": concurrency_key,
     }
 
 
 def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
-    types, queues, payloads, priorities, max_retries, run_ats, keys, tags, scopes = zip(*rows)
+    types, queues, payloads, priorities, max_retries, run_ats, keys, tags, scopes, concurrency_keys = zip(*rows)
     return {
         "types": list(types),
         "queues": list(queues),
@@ -371,6 +379,7 @@ def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
         "idempotency_keys": list(keys),
         "tags": [None if job_tags is None else array_literal(job_tags) for job_tags in tags],
         "unique_whiles": [scope or DEFAULT_UNIQUE_WHILE for scope in scopes],
+        "concurrency_keys": list(concurrency_keys),
     }
 
 

@@ -38,6 +38,8 @@ from jobq.schedules import declarations
 from jobq.store import locks
 from jobq.schedules import stored
 from jobq.jobs.leases import Claim
+from jobq.limits import claims as limited
+from jobq.limits.gate import Gate
 from jobq.daemon import presence
 from jobq.daemon.worker import outcomes
 from jobq.handlers import execution
@@ -116,6 +118,7 @@ class WorkerLoop:
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = list(settings.queues)
+        self.gate = Gate(self.queues)  # whether a limit applies to them: the claim under limits
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
@@ -345,8 +348,12 @@ class WorkerLoop:
         ask_next = self.last_claim_short
         self.next_in = UNASKED
 
+        if self.gate.due():
+            self.session.run(lambda conn, _: self.gate.check(conn))
+        claim_under = limited.claim if self.gate.limited else leases.claim
+
         def claim(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
-            return leases.claim(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
+            return claim_under(conn, self.queues, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
         asked: list[leases.Deferred[float | None]] = []
 

@@ -25,10 +25,10 @@ KEY_HELD = (
 # JOB_INSERT: one row; a key held by another job (see KEYED_INSERT) makes it insert
 # and return nothing, so the caller reads that job instead.
 JOB_INSERT = KEYED_INSERT.format(
-    columns=KEYED_INSERT_COLUMNS,
+    columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
     rows="SELECT %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, %(max_retries)s::int, "
     "coalesce(%(run_at)s, now()), %(idempotency_key)s::text AS idempotency_key, %(tags)b::text[], "
-    "%(unique_while)s::text",
+    "%(unique_while)s::text, %(concurrency_key)s::text",
     returning=JOB_COLUMNS,
 )
 
@@ -48,18 +48,23 @@ JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, 
 JOB_COPY_WITH_TAGS = (
     "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at, tags) FROM STDIN (FORMAT BINARY)"
 )
+# JOB_COPY_WITH_KEYS: the same with tags and concurrency keys, when some rows have keys.
+JOB_COPY_WITH_KEYS = (
+    "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at, tags, concurrency_key) "
+    "FROM STDIN (FORMAT BINARY)"
+)
 
 # JOB_INSERT_MANY: many rows, some with idempotency keys, from parallel arrays in one
 # statement; returns what the caller cannot know (id, run_at and created_at defaults).
 # Same idempotency rule as JOB_INSERT. Each job's tags travel as one array literal
 # (tag arrays differ in length, and a PostgreSQL array of arrays cannot).
 JOB_INSERT_MANY = KEYED_INSERT.format(
-    columns=KEYED_INSERT_COLUMNS,
+    columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
     rows="SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, "
-    "tags::text[], unique_while FROM unnest(%(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
-    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], "
-    "%(idempotency_keys)b::text[], %(tags)b::text[], %(unique_whiles)b::text[]) "
-    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while)",
+    "tags::text[], unique_while, concurrency_key FROM unnest(%(types)b::text[], %(queues)b::text[], "
+    "%(payloads)b::jsonb[], %(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], "
+    "%(idempotency_keys)b::text[], %(tags)b::text[], %(unique_whiles)b::text[], %(concurrency_keys)b::text[]) "
+    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while, concurrency_key)",
     returning="id, idempotency_key, run_at, created_at",
 )
 
@@ -71,11 +76,11 @@ JOB_INSERT_MANY = KEYED_INSERT.format(
 # IDENTITY) since the reservation and would hand those ids out again. Returns the
 # defaults the caller cannot know. Tags as in JOB_INSERT_MANY.
 JOB_INSERT_RESERVED_ROWS = (
-    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags) "
-    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[] "
+    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, concurrency_key) "
+    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[], concurrency_key "
     "FROM unnest(%(ids)b::bigint[], %(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
-    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], %(tags)b::text[]) "
-    "AS j(id, type, queue, payload, priority, max_retries, run_at, tags) "
+    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], %(tags)b::text[], "
+    "%(concurrency_keys)b::text[]) AS j(id, type, queue, payload, priority, max_retries, run_at, tags, concurrency_key) "
 )
 JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
     "WHERE %(last_id)s::bigint <= (SELECT pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass)) "

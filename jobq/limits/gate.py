@@ -1,0 +1,38 @@
+"""Whether a worker claims under limits: asked of the database at most once a second.
+
+With no limit on its queues and no rule on keys, a worker claims with the plain claim
+(:func:`jobq.jobs.leases.claim`), which costs nothing for flow control; the moment a
+limit applies, within a second, it claims with :func:`jobq.limits.claims.claim`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from jobq.store.connections import Connection
+from jobq.store.sql.limits import LIMITS_APPLY
+
+RECHECK_SECONDS = 1.0
+
+
+class Gate:
+    """The answer for some queues, cached for RECHECK_SECONDS. Not thread-safe: one
+    owner (the worker's loop)."""
+
+    def __init__(self, queues: Sequence[str], *, every: float = RECHECK_SECONDS) -> None:
+        self.queues = list(queues)
+        self.every = every
+        self.limited = False
+        self.checked = float("-inf")
+
+    def due(self) -> bool:
+        """Whether the cached answer is older than ``every``."""
+        return time.monotonic() - self.checked >= self.every
+
+    def check(self, conn: Connection) -> bool:
+        """Ask again (one small read), and return the answer."""
+        row = conn.execute(LIMITS_APPLY, {"queues": self.queues}).fetchone()
+        self.limited = bool(row and row[0])
+        self.checked = time.monotonic()
+        return self.limited

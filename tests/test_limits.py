@@ -1,0 +1,146 @@
+"""Flow control: rules on keys and queue limits stored, listed and audited; the claim
+under limits taking no more than the free slots and rates; and the limits holding
+across two real supervisors."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+import jobq
+from jobq.errors import InvalidArgument
+from jobq.jobs import leases
+from jobq.limits import claims as limited
+from jobq.limits.rates import Rate, parse_rate
+from jobq.store import locks
+from support import spans
+from support.db import scalar
+from support.waiting import wait_for
+
+pytestmark = [pytest.mark.db, pytest.mark.limits]
+
+
+
+@pytest.fixture
+def lock_base():
+    from jobq.settings import Settings
+
+    return locks.key(Settings.from_env({}).advisory_namespace, 0)
+
+
+@pytest.fixture
+def session(database_url):
+    """A claim session of its own (its advisory locks are the jobs it holds)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+def claim(conn, lock_base, queues=("default",), limit=50) -> list[leases.Claim]:
+    return limited.claim(conn, list(queues), worker_id="test", limit=limit, lock_base=lock_base).result()
+
+
+def complete(conn, claims, lock_base) -> None:
+    """The worker's outcome: done, and the slots freed, in one transaction."""
+    with conn.transaction():
+        limited.release_slots(conn, limited.slotted(claims))
+        leases.complete(conn, claims, ["{}"] * len(claims), [0.0] * len(claims), lock_base=lock_base).result()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, rate", [("100/m", Rate(100, 60)), ("50/s", Rate(50, 1)), (" 3 / h ", Rate(3, 3600))])
+def test_parse_rate_reads_n_per_period(text, rate):
+    assert parse_rate(text) == rate and str(rate) == text.replace(" ", "")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("bad", ["100", "0/s", "1/d", "x/m", 5, "1000001/s"])
+def test_parse_rate_refuses_what_it_cannot_read_naming_the_field(bad):
+    with pytest.raises(InvalidArgument) as raised:
+        parse_rate(bad, "rules.rate")
+    assert raised.value.field == "rules.rate"
+
+
+def test_rules_are_stored_listed_audited_and_cleared(conn):
+    jobq.set_limit("tenant:*", concurrency=2, conn=conn)
+    jobq.set_limit("tenant:42", concurrency=1, rate="10/m", conn=conn)
+    listed = {rule.pattern: rule for rule in jobq.list_limits(conn=conn)}
+    assert (listed["tenant:*"].concurrency, listed["tenant:*"].rate) == (2, None)
+    assert (listed["tenant:42"].concurrency, str(listed["tenant:42"].rate)) == (1, "10/m")
+    jobq.set_limit("tenant:*", rate="5/s", conn=conn)  # replaced whole: no concurrency now
+    assert [r.concurrency for r in jobq.list_limits(conn=conn) if r.pattern == "tenant:*"] == [None]
+    assert jobq.clear_limit("tenant:42", conn=conn) is True
+    assert jobq.clear_limit("tenant:42", conn=conn) is False
+    assert [r.pattern for r in jobq.list_limits(conn=conn)] == ["tenant:*"]
+    actions = [a for (a,) in conn.execute("SELECT action FROM jobq_audit ORDER BY id")]
+    assert actions == ["set_limit", "set_limit", "set_limit", "clear_limit", "clear_limit"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"concurrency": 0}, "concurrency"), ({"concurrency": True}, "concurrency"), ({"rate": "fast"}, "rate"), ({}, "concurrency")],
+)
+def test_a_bad_rule_is_refused_naming_the_field(conn, kwargs, field):
+    with pytest.raises(InvalidArgument) as raised:
+        jobq.set_limit("tenant:*", conn=conn, **kwargs)
+    assert raised.value.field == field
+    with pytest.raises(InvalidArgument) as raised:
+        jobq.set_limit("a*b", concurrency=1, conn=conn)
+    assert raised.value.field == "pattern"
+
+
+def test_queue_limits_change_only_what_is_given_and_none_removes(conn):
+    limits = jobq.set_queue_limits("mail", concurrency=5, conn=conn)
+    assert (limits.concurrency, limits.rate, limits.fair) == (5, None, False)
+    limits = jobq.set_queue_limits("mail", rate="100/m", conn=conn)
+    assert (limits.concurrency, str(limits.rate)) == (5, "100/m")
+    limits = jobq.set_queue_limits("mail", concurrency=None, conn=conn)
+    assert (limits.concurrency, str(limits.rate)) == (None, "100/m")
+    assert [q.queue for q in jobq.queue_limits(conn=conn)] == ["mail"]
+    assert scalar(conn, "SELECT count(*) FROM jobq_audit WHERE action = 'set_queue_limits'") == 3
+
+
+def test_a_claim_of_fifty_takes_only_the_free_slots_of_its_queue(conn, session, lock_base):
+    jobq.enqueue_many([{"type": "noop"}] * 20, conn=conn)
+    jobq.set_queue_limits("default", concurrency=3, conn=conn)
+    first = claim(session, lock_base)
+    assert len(first) == 3 and all(c.slotted and c.locked for c in first)
+    assert claim(session, lock_base) == []  # all 3 slots taken
+    complete(session, first[:2], lock_base)
+    assert len(claim(session, lock_base)) == 2
+    assert [q.in_use for q in jobq.queue_limits(conn=conn)] == [3]
+
+
+def test_each_key_under_a_prefix_rule_has_its_own_limit_and_an_exact_rule_wins(conn, session, lock_base):
+    jobs = [{"type": "noop", "concurrency_key": key} for key in ["tenant:1"] * 5 + ["tenant:2"] * 5 + ["other"] * 3]
+    jobq.enqueue_many(jobs + [{"type": "noop"}] * 2, conn=conn)
+    jobq.set_limit("tenant:*", concurrency=2, conn=conn)
+    jobq.set_limit("tenant:2", concurrency=1, conn=conn)
+    taken = claim(session, lock_base)
+    keys = sorted(c.job.concurrency_key or "-" for c in taken)
+    assert keys == ["-", "-"] + ["other"] * 3 + ["tenant:1"] * 2 + ["tenant:2"]
+    listed = {rule.pattern: rule for rule in jobq.list_limits(conn=conn)}
+    assert (listed["tenant:*"].in_use, listed["tenant:*"].keys, listed["tenant:*"].held) == (2, 1, 3)
+    assert (listed["tenant:2"].in_use, listed["tenant:2"].held) == (1, 4)
+
+
+def test_a_rate_limited_queue_starts_no_more_than_n_in_a_period(conn, session, lock_base):
+    jobq.enqueue_many([{"type": "noop"}] * 10, conn=conn)
+    jobq.set_queue_limits("default", rate="4/h", conn=conn)
+    first = claim(session, lock_base)
+    complete(session, first, lock_base)
+    assert len(first) == 4 and not any(c.slotted for c in first)
+    assert claim(session, lock_base) == []  # the hour's four starts are spent
+    assert scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'pending' AND attempt = 0 AND snoozes = 0") == 6
+
+
+def test_a_slot_whose_holder_is_gone_is_swept_but_not_one_still_held(conn, database_url, lock_base):
+    jobq.enqueue_many([{"type": "noop"}] * 2, conn=conn)
+    jobq.set_queue_limits("default", concurrency=1, conn=conn)
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        (held,) = claim(holder, lock_base)
+        jobq.cancel(held.job.id, conn=conn)  # the operator's cancel: its run goes on
+        assert limited.sweep_slots(conn, lock_base) == 0  # its lock is held: the slot stays
+        assert claim(conn, lock_base) == []
+    # the holder's session is gone: its slot is freed by the sweep, not before
+    wait_for(lambda: limited.sweep_slots(conn, lock_base) == 1, 10, "the slot to be swept")
+    assert len(claim(conn, lock_base)) == 1
