@@ -1,0 +1,105 @@
+"""Flow control against real supervisors: the number of runs at once per queue and per
+key never above its limit, whatever the number of hosts, and after workers are killed
+(kill -9); a short seeded property test of that invariant (its long version, with a
+PostgreSQL restart, is under the chaos marker in test_limits_chaos.py)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+
+import pytest
+
+import jobq
+from support import spans
+from support.daemon import alive, worker_pids
+from support.db import scalar
+from support.waiting import wait_for
+
+pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.limits]
+
+DONE = "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'done'"
+
+
+def span_jobs(conn, rng: random.Random, n: int, queues: list[str], keys: list[str | None], seconds=(0.02, 0.08)):
+    rows = [
+        {
+            "type": "span",
+            "queue": rng.choice(queues),
+            "concurrency_key": rng.choice(keys),
+            "payload": {"seconds": round(rng.uniform(*seconds), 3)},
+        }
+        for _ in range(n)
+    ]
+    return jobq.enqueue_many(rows, conn=conn)
+
+
+def test_two_supervisors_never_run_more_than_the_queue_and_key_limits(conn, daemon):
+    spans.create(conn)
+    rng = random.Random(32)
+    jobq.set_queue_limits("default", concurrency=3, conn=conn)
+    jobq.set_limit("tenant:*", concurrency=1, conn=conn)
+    jobs = span_jobs(conn, rng, 80, ["default"], ["tenant:1", "tenant:2", "tenant:3", None], (0.03, 0.06))
+    for _ in range(2):
+        daemon(3, JOBQ_CLAIM_BATCH="50")
+    ids = [j.id for j in jobs]
+    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 60, "every job done")
+    by_queue, by_key = spans.max_overlap(conn, "queue"), spans.max_overlap(conn, "concurrency_key")
+    assert by_queue == {"default": 3}  # reached, never passed
+    assert by_key == {"tenant:1": 1, "tenant:2": 1, "tenant:3": 1}
+    assert scalar(conn, "SELECT count(*) FROM test_spans") == len(ids)  # each ran once
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0, 10, "every slot freed")
+
+
+def test_a_limit_set_at_runtime_binds_within_a_second_and_a_freed_slot_wakes_a_worker(conn, daemon):
+    spans.create(conn)
+    daemon(4)
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM workers") == 4, 20, "four workers")
+    jobq.set_queue_limits("default", concurrency=1, conn=conn)
+    time.sleep(1.5)  # the workers' gates ask at most once a second
+    at = scalar(conn, "SELECT clock_timestamp()")
+    jobs = jobq.enqueue_many([{"type": "span", "payload": {"seconds": 0.2}}] * 6, conn=conn)
+    ids = [j.id for j in jobs]
+    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 30, "every job done")
+    assert spans.max_overlap(conn, "queue") == {"default": 1}
+    # one at a time, each started as soon as the one before ended: a freed slot wakes an
+    # idle worker (jobq_limit_release), no poll interval (5 s) in between
+    elapsed = scalar(conn, "SELECT extract(epoch FROM max(ended) - %s::timestamptz) FROM test_spans", at)
+    assert elapsed < 6 * 0.2 + 3.0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_property_no_limit_exceeded_nothing_lost_across_kill_9_of_workers(conn, daemon, seed):
+    """Seeded randomised limits per queue and per key, three supervisors, workers killed
+    (SIGKILL) at random moments: at no instant more runs of a queue or key than its
+    limit, every job done, each outcome once."""
+    spans.create(conn)
+    rng = random.Random(seed)
+    queue_limits = {"q1": rng.randint(2, 4), "q2": None}
+    rule_limits = {"tenant:*": rng.randint(1, 2), "vip": 1}
+    for queue, limit in queue_limits.items():
+        if limit:
+            jobq.set_queue_limits(queue, concurrency=limit, conn=conn)
+    for pattern, limit in rule_limits.items():
+        jobq.set_limit(pattern, concurrency=limit, conn=conn)
+    keys = [f"tenant:{i}" for i in range(4)] + ["vip", "free", None]
+    jobs = span_jobs(conn, rng, 120, list(queue_limits), keys)
+    for _ in range(3):
+        daemon(2, JOBQ_QUEUES="q1,q2", JOBQ_CLAIM_BATCH=str(rng.choice([1, 10, 50])))
+    ids = [j.id for j in jobs]
+    for _ in range(2):
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM test_spans WHERE ended IS NULL") > 0, 30, "a run")
+        time.sleep(rng.uniform(0.0, 0.05))
+        pid = rng.choice(worker_pids(conn))
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 90, "every job done")
+    by_queue, by_key = spans.max_overlap(conn, "queue"), spans.max_overlap(conn, "concurrency_key")
+    assert by_queue["q1"] <= queue_limits["q1"]
+    for key, most in by_key.items():
+        limit = rule_limits["vip"] if key == "vip" else rule_limits["tenant:*"] if key.startswith("tenant:") else None
+        assert limit is None or most <= limit, (key, most, limit)
+    assert jobq.counts(conn=conn).totals.get("done_total", 0) == len(ids)  # each outcome once
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0, 30, "every slot freed")
