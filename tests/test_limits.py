@@ -144,3 +144,23 @@ def test_a_slot_whose_holder_is_gone_is_swept_but_not_one_still_held(conn, datab
     # the holder's session is gone: its slot is freed by the sweep, not before
     wait_for(lambda: limited.sweep_slots(conn, lock_base) == 1, 10, "the slot to be swept")
     assert len(claim(conn, lock_base)) == 1
+
+
+def test_the_cli_sets_lists_and_clears_limits_and_refuses_bad_values_in_one_line(conn, database_url):
+    from support.cli import run_cli
+
+    assert run_cli("limits", "set", "tenant:*", "--concurrency", "2", DATABASE_URL=database_url).returncode == 0
+    limited = run_cli("queues", "limit", "mail", "--concurrency", "5", "--rate", "100/m", DATABASE_URL=database_url)
+    assert limited.returncode == 0 and "concurrency 5, rate 100/m" in limited.stdout
+    listed = run_cli("limits", "list", "--json", DATABASE_URL=database_url)
+    assert listed.returncode == 0
+    import json
+
+    data = json.loads(listed.stdout)
+    assert [r["pattern"] for r in data["rules"]] == ["tenant:*"] and [q["queue"] for q in data["queues"]] == ["mail"]
+    removed = run_cli("queues", "limit", "mail", "--concurrency", "none", DATABASE_URL=database_url)
+    assert "concurrency -, rate 100/m" in removed.stdout
+    bad = run_cli("queues", "limit", "mail", "--rate", "often", DATABASE_URL=database_url)
+    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "rate" in bad.stderr
+    assert "cleared" in run_cli("limits", "clear", "tenant:*", DATABASE_URL=database_url).stdout
+    assert scalar(conn, "SELECT count(*) FROM jobq_audit WHERE actor LIKE 'cli:%%'") == 4

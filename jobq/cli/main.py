@@ -16,6 +16,7 @@ import click
 from jobq.cli import actions
 from jobq.cli.common import database, fail, load_settings, wait_for
 from jobq.cli.dead import dead
+from jobq.cli.limits import limits, queue_limit
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
 from jobq.errors import JobqError
@@ -133,6 +134,8 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
 
 
 main.add_command(queues)
+queues.add_command(queue_limit)
+main.add_command(limits)
 main.add_command(dead)
 main.add_command(schedules)
 actions.attach(main, dead)  # the operator's commands: cancel, delete, retry, run-now, bulk, audit
