@@ -103,3 +103,26 @@ def test_property_no_limit_exceeded_nothing_lost_across_kill_9_of_workers(conn, 
         assert limit is None or most <= limit, (key, most, limit)
     assert jobq.counts(conn=conn).totals.get("done_total", 0) == len(ids)  # each outcome once
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0, 30, "every slot freed")
+
+
+WINDOW_MOST = (
+    "SELECT max((SELECT count(*) FROM jobs AS b WHERE b.id = ANY(%(ids)s) "
+    "AND b.claimed_at >= a.claimed_at AND b.claimed_at < a.claimed_at + make_interval(secs => 1))) "
+    "FROM jobs AS a WHERE a.id = ANY(%(ids)s)"
+)
+
+
+def test_a_rate_limited_queue_starts_at_most_n_in_any_second_across_two_supervisors(conn, daemon):
+    """30/s over 4 s: in every one-second window (sliding, from each claim) at most 30
+    starts, and the whole run at the rate: 120 jobs claimed over about 3 s (the first
+    30 at once), the last well before 5 s."""
+    jobq.set_queue_limits("default", rate="30/s", conn=conn)
+    jobs = jobq.enqueue_many([{"type": "noop"}] * 120, conn=conn)
+    ids = [j.id for j in jobs]
+    for _ in range(2):
+        daemon(2, JOBQ_CLAIM_BATCH="50")
+    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 30, "every job done")
+    assert conn.execute(WINDOW_MOST, {"ids": ids}).fetchone()[0] == 30
+    span = scalar(conn, "SELECT extract(epoch FROM max(claimed_at) - min(claimed_at)) FROM jobs WHERE id = ANY(%s)", ids)
+    assert 3.0 <= span < 3.0 + 1.0  # three more periods after the first burst; never faster
+    assert scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND (attempt, snoozes) <> (0, 0)", ids) == 0
