@@ -71,3 +71,33 @@ def test_enqueue_many_fast_path_stores_concurrency_keys(conn):
     stored = dict(conn.execute("SELECT concurrency_key, count(*) FROM jobs GROUP BY 1").fetchall())
     assert stored == {"k0": 50, "k1": 50, "k2": 50}
     assert [j.concurrency_key for j in jobs[:3]] == ["k0", "k1", "k2"]
+
+
+def test_prometheus_and_inspect_show_use_and_held_jobs_by_rule(client, conn, database_url):
+    import json
+
+    import psycopg
+
+    from jobq.limits import claims as limited
+    from jobq.settings import Settings
+    from jobq.store import locks
+    from support.cli import run_cli
+
+    jobq.enqueue_many([{"type": "noop", "concurrency_key": "tenant:1"}] * 4, conn=conn)
+    jobq.set_limit("tenant:*", concurrency=1, conn=conn)
+    jobq.set_queue_limits("default", concurrency=3, conn=conn)
+    lock_base = locks.key(Settings.from_env({}).advisory_namespace, 0)
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        taken = limited.claim(holder, ["default"], worker_id="t", limit=10, lock_base=lock_base).result()
+        assert len(taken) == 1
+        text = client.get("/metrics/prometheus").get_data(as_text=True)
+        assert 'taskqueue_limit_in_use{rule="key tenant:*"} 1.0' in text
+        assert 'taskqueue_limit_held_jobs{rule="key tenant:*"} 3.0' in text
+        assert 'taskqueue_limit_in_use{rule="queue default"} 1.0' in text
+        inspected = run_cli("inspect", "--json", DATABASE_URL=database_url)
+        assert inspected.returncode == 0, inspected.stderr
+        snap = json.loads(inspected.stdout)
+        assert [(r["pattern"], r["in_use"], r["held"]) for r in snap["limits"]] == [("tenant:*", 1, 3)]
+        assert [(q["queue"], q["concurrency"], q["in_use"]) for q in snap["queue_limits"]] == [("default", 3, 1)]
+        table = run_cli("inspect", DATABASE_URL=database_url, COLUMNS="200")
+        assert "key tenant:*" in table.stdout and "queue default" in table.stdout

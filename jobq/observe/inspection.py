@@ -3,7 +3,7 @@ answers in well under a second on a table of millions of jobs."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from jobq.store import locks
 from jobq.store.connections import Connection
 from jobq.job import STATUSES, last_line
 from jobq.jobs.ledger import counts
+from jobq.limits.rules import KeyRule, QueueLimits, list_limits, queue_limits
 
 RECENT = 10
 
@@ -84,9 +85,14 @@ class Snapshot:
     dead_letters: list[DeadRow]
     advisory_locks: list[LockRow]
     paused_queues: list[str]
+    limits: list[KeyRule] = field(default_factory=list)  # rules on keys, with their use (jobq.limits)
+    queue_limits: list[QueueLimits] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        values = _jsonable(asdict(self))
+        values["limits"] = [rule.to_dict() for rule in self.limits]  # rates as "N/m"
+        values["queue_limits"] = [limits.to_dict() for limits in self.queue_limits]
+        return values
 
 
 def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
@@ -118,6 +124,8 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
         dead_letters=dead,
         advisory_locks=[LockRow(_lock_name(value), pid, app) for value, pid, app in held],
         paused_queues=paused,
+        limits=list_limits(conn=conn),
+        queue_limits=queue_limits(conn=conn),
     )
 
 

@@ -63,12 +63,14 @@ LIMIT_DELETE = "DELETE FROM jobq_limits WHERE pattern = %(pattern)s RETURNING pa
 # LIMIT_LIST: every rule with its use now: the slots of the keys it governs (those
 # whose rule it is: jobq_limit_rule, over the keys that hold slots), how many distinct
 # keys hold them, and its held jobs: due pending jobs of keys whose slots are all
-# taken (a scan of the due pending jobs that carry a key, grouped by key).
+# taken (a scan of the due pending jobs that carry a key, grouped by key; none at all
+# while there is no rule: a one-time test before the scan).
 LIMIT_LIST = (
     "WITH slots AS (SELECT concurrency_key, count(*) AS n FROM jobq_limit_slots "
     "WHERE concurrency_key IS NOT NULL GROUP BY concurrency_key), "
     "due AS (SELECT concurrency_key, count(*) AS n FROM jobs "
-    "WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_at <= now() GROUP BY concurrency_key), "
+    "WHERE status = 'pending' AND concurrency_key IS NOT NULL AND run_at <= now() "
+    "AND EXISTS (SELECT FROM jobq_limits) GROUP BY concurrency_key), "
     "per_key AS (SELECT coalesce(s.concurrency_key, d.concurrency_key) AS key, coalesce(s.n, 0) AS slots, "
     "coalesce(d.n, 0) AS due FROM slots AS s FULL JOIN due AS d USING (concurrency_key)), "
     "per_rule AS (SELECT r.pattern, sum(k.slots) AS slots, count(*) FILTER (WHERE k.slots > 0) AS keys, "
