@@ -101,3 +101,26 @@ def test_prometheus_and_inspect_show_use_and_held_jobs_by_rule(client, conn, dat
         assert [(q["queue"], q["concurrency"], q["in_use"]) for q in snap["queue_limits"]] == [("default", 3, 1)]
         table = run_cli("inspect", DATABASE_URL=database_url, COLUMNS="200")
         assert "key tenant:*" in table.stdout and "queue default" in table.stdout
+
+
+@pytest.mark.dashboard
+def test_the_dashboard_shows_limits_slots_in_use_and_held_jobs(make_app, conn, database_url):
+    import psycopg
+
+    from jobq.limits import claims as limited
+    from jobq.settings import Settings
+    from jobq.store import locks
+
+    jobq.enqueue_many([{"type": "noop", "queue": "mail", "concurrency_key": "tenant:7"}] * 3, conn=conn)
+    jobq.set_limit("tenant:*", concurrency=1, rate="10/m", conn=conn)
+    jobq.set_queue_limits("mail", concurrency=3, conn=conn)
+    lock_base = locks.key(Settings.from_env({}).advisory_namespace, 0)
+    client = make_app().test_client()
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        assert len(limited.claim(holder, ["mail"], worker_id="t", limit=10, lock_base=lock_base).result()) == 1
+        queues = client.get("/dashboard/queues").get_data(as_text=True)
+        assert "1/3 running" in queues
+        page = client.get("/dashboard/limits").get_data(as_text=True)
+        row = page.split('data-limit="key tenant:*"')[1].split("</tr>")[0]
+        cells = [c.split(">", 1)[1] for c in row.split("<td")[1:]]
+        assert [c.split("<")[0] for c in cells[:5]] == ["1", "10/m", "1", "1", "2"]  # 2 held

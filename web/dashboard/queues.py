@@ -1,11 +1,14 @@
-"""``/dashboard/queues``: each queue's depth, the workers serving it, its pause (by whom,
-since when, why); pause and resume (:mod:`jobq.jobs.queues`)."""
+"""``/dashboard/queues``: each queue's depth, the workers serving it, its limits (slots
+in use, jobs held), its pause (by whom, since when, why); pause and resume
+(:mod:`jobq.jobs.queues`). ``/dashboard/limits``: every rule on keys and every limited
+queue, with their use (:mod:`jobq.limits`)."""
 
 from __future__ import annotations
 
 from flask import Response, redirect, request, url_for
 
 from jobq.jobs import queues as library
+from jobq.limits import list_limits, queue_limits
 from web.dashboard import common
 from web.dashboard.blueprints import actions, pages
 
@@ -14,7 +17,15 @@ from web.dashboard.blueprints import actions, pages
 def queues() -> str:
     with common.database() as conn:
         listed = library.list_queues(stale_seconds=common.stale_seconds(), conn=conn)
-    return common.page("queues.html", "Queues", queues=listed)
+        limited = {limits.queue: limits for limits in queue_limits(conn=conn)}
+    return common.page("queues.html", "Queues", queues=listed, limits=limited)
+
+
+@pages.get("/limits")
+def limits() -> str:
+    with common.database() as conn:
+        rules, limited = list_limits(conn=conn), queue_limits(conn=conn)
+    return common.page("limits.html", "Limits", rules=rules, queues=limited)
 
 
 @actions.post("/queues/<path:name>/<any(pause, resume):action>")
