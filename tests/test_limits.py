@@ -164,3 +164,13 @@ def test_the_cli_sets_lists_and_clears_limits_and_refuses_bad_values_in_one_line
     assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "rate" in bad.stderr
     assert "cleared" in run_cli("limits", "clear", "tenant:*", DATABASE_URL=database_url).stdout
     assert scalar(conn, "SELECT count(*) FROM jobq_audit WHERE actor LIKE 'cli:%%'") == 4
+
+
+def test_a_fair_queue_takes_turns_between_keys_and_the_jobs_without_one(conn, session, lock_base):
+    jobq.enqueue_many([{"type": "noop", "concurrency_key": "a"}] * 20, conn=conn)  # a's backlog first
+    jobq.enqueue_many([{"type": "noop", "concurrency_key": k} for k in ("c", "b", "c", "b")] + [{"type": "noop"}] * 2,
+                      conn=conn)
+    jobq.set_queue_limits("default", fair=True, conn=conn)
+    turns = [[c.job.concurrency_key for c in claim(session, lock_base, limit=4)] for _ in range(3)]
+    assert turns == [[None, "a", "b", "c"], [None, "a", "b", "c"], ["a", "a", "a", "a"]]  # then a alone
+    assert len(claim(session, lock_base, limit=50)) == 10  # a fair queue's claim takes ten at most

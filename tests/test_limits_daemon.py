@@ -126,3 +126,23 @@ def test_a_rate_limited_queue_starts_at_most_n_in_any_second_across_two_supervis
     span = scalar(conn, "SELECT extract(epoch FROM max(claimed_at) - min(claimed_at)) FROM jobs WHERE id = ANY(%s)", ids)
     assert 3.0 <= span < 3.0 + 1.0  # three more periods after the first burst; never faster
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND (attempt, snoozes) <> (0, 0)", ids) == 0
+
+
+def test_a_fair_queue_starts_a_late_keys_jobs_before_the_backlog_of_another(conn, daemon):
+    """Key A's backlog of 3,000, then key B's 50 jobs of the same priority, W = 4: every
+    B job claimed before A has had 4 x 50 = 200 more claims (strict priority-then-age
+    would run all of A first)."""
+    jobq.set_queue_limits("default", fair=True, conn=conn)
+    jobq.enqueue_many([{"type": "noop", "concurrency_key": "A"}] * 3000, conn=conn)
+    for _ in range(2):
+        daemon(2, JOBQ_CLAIM_BATCH="50")
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'done'") >= 300, 30, "A under way")
+    b = [j.id for j in jobq.enqueue_many([{"type": "noop", "concurrency_key": "B"}] * 50, conn=conn)]
+    enqueued = scalar(conn, "SELECT max(created_at) FROM jobs WHERE id = ANY(%s)", b)
+    wait_for(lambda: scalar(conn, DONE, b) == len(b), 30, "B done")
+    last_b = scalar(conn, "SELECT max(claimed_at) FROM jobs WHERE id = ANY(%s)", b)
+    a_meanwhile = scalar(
+        conn, "SELECT count(*) FROM jobs WHERE concurrency_key = 'A' AND claimed_at > %s AND claimed_at <= %s",
+        enqueued, last_b,
+    )
+    assert a_meanwhile <= 4 * len(b), a_meanwhile

@@ -29,7 +29,8 @@ class QueueLimitsBody(BaseModel):
 
     concurrency: StrictInt | None = Field(None, description=CONCURRENCY)
     rate: StrictStr | None = Field(None, description=RATE)
-    fair: StrictBool | None = Field(None, description="Stored with the queue (turns between keys: not enforced yet).")
+    fair: StrictBool | None = Field(None, description="Claims take turns between concurrency keys (jobs without a key count as one) instead of "
+        "strict priority-then-age, so one key's backlog cannot starve another's jobs.")
 
 
 class LimitBody(BaseModel):

@@ -88,7 +88,7 @@ def limits_clear(pattern: str) -> None:
 @click.argument("name")
 @click.option("--concurrency", help="At most N of its jobs at once, across every host ('none' removes it).")
 @click.option("--rate", help="At most N starts per period: N/s, N/m or N/h ('none' removes it).")
-@click.option("--fair/--no-fair", default=None, help="Stored with the queue (turns between keys).")
+@click.option("--fair/--no-fair", default=None, help="Claims take turns between concurrency keys.")
 def queue_limit(name: str, concurrency: str | None, rate: str | None, fair: bool | None) -> None:
     """Change the limits of queue NAME; an option not given keeps its value."""
     from jobq.errors import InvalidArgument

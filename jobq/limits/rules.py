@@ -164,7 +164,9 @@ def set_queue_limits(
 ) -> QueueLimits:
     """Change a queue's limits: ``concurrency`` (at most that many of its jobs claimed or
     running at once, across every host), ``rate`` (``"50/s"``: at most that many starts
-    in any window of one period), ``fair`` (stored; see README). An argument not given
+    in any window of one period), ``fair`` (claims take turns between the queue's
+    concurrency keys, jobs without a key counting as one, at most ten jobs a claim,
+    instead of strict priority-then-age across all of them). An argument not given
     keeps its value; ``None`` removes that limit. Returns the queue's limits after the
     change. Raises :class:`InvalidArgument` naming the field."""
     name = check_name(queue, "queue")

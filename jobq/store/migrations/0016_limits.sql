@@ -27,8 +27,15 @@ ALTER TABLE jobq_queues
     ADD COLUMN rate_count   integer CONSTRAINT jobq_queues_rate_count_check CHECK (rate_count > 0),
     ADD COLUMN rate_seconds integer CONSTRAINT jobq_queues_rate_seconds_check CHECK (rate_seconds IN (1, 60, 3600)),
     ADD COLUMN fair         boolean NOT NULL DEFAULT false,
+    ADD COLUMN fair_cursor  text,
     ADD COLUMN limits_at    timestamptz,
     ADD COLUMN limits_by    text;
+
+-- Fair queues take turns between keys: the keys of a queue's pending jobs in key order,
+-- and each key's next job in claim order, read from this index (only jobs that carry
+-- a key pay an entry).
+CREATE INDEX jobs_pending_key_idx ON jobs (queue, concurrency_key, priority DESC, run_at, id)
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL;
 
 CREATE TABLE jobq_limits (
     pattern      text        PRIMARY KEY
@@ -75,6 +82,46 @@ CREATE FUNCTION jobq_limit_rate_left(scope text, n integer, period integer) RETU
     WHERE s.scope = jobq_limit_rate_left.scope AND s.at > clock_timestamp() - make_interval(secs => period)
 $$;
 
+-- A fair queue's candidates for one claim: its next due job without a key (one turn,
+-- looked for among the first scan due jobs), then the next due job of each of up to n
+-- keys after the queue's cursor in key order, wrapping round to the first keys
+-- (jobs_pending_key_idx: one probe per key walked, one per head).
+CREATE FUNCTION jobq_fair_candidates(q text, after text, n integer, scan integer)
+RETURNS TABLE (id bigint, concurrency_key text) LANGUAGE plpgsql STABLE AS $$
+#variable_conflict use_column
+DECLARE
+    k text := coalesce(after, '');
+    nxt text;
+    head bigint;
+    walked integer := 0;
+    wrapped boolean := false;
+BEGIN
+    RETURN QUERY SELECT s.id, NULL::text FROM (SELECT j.id, j.concurrency_key FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = q AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan) AS s WHERE s.concurrency_key IS NULL LIMIT 1;
+    WHILE walked < n LOOP
+        nxt := (SELECT j.concurrency_key FROM jobs AS j WHERE j.status = 'pending' AND j.queue = q
+                AND j.concurrency_key IS NOT NULL AND j.concurrency_key > k ORDER BY j.concurrency_key LIMIT 1);
+        IF nxt IS NULL THEN
+            EXIT WHEN wrapped;
+            wrapped := true;  -- round to the first keys, up to the cursor
+            k := '';
+            CONTINUE;
+        END IF;
+        EXIT WHEN wrapped AND nxt > coalesce(after, '');
+        k := nxt;
+        walked := walked + 1;
+        head := (SELECT j.id FROM jobs AS j WHERE j.status = 'pending' AND j.queue = q AND j.concurrency_key = k
+                 AND j.run_at <= now() ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1);
+        IF head IS NOT NULL THEN
+            id := head;
+            concurrency_key := k;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+END
+$$;
+
 -- The claim under limits: up to max_jobs due pending jobs of some queues (paused ones
 -- left out), in claim order within each queue (queues in name order), each taken
 -- only while its queue and its key have a free slot and rate. For each queue with a
@@ -98,6 +145,9 @@ DECLARE
     key_slot boolean;
     row_ jobs;
     stamp timestamptz;
+    candidates refcursor;
+    last_key text;
+    before_pass integer;
 BEGIN
     FOREACH q IN ARRAY ARRAY(SELECT DISTINCT x FROM unnest(queues) AS u(x) ORDER BY x) LOOP
         EXIT WHEN taken >= max_jobs;
@@ -106,7 +156,7 @@ BEGIN
         CONTINUE WHEN qrow.paused_at IS NOT NULL;
         queue_free := max_jobs - taken;
         queue_rate := qrow.rate_count IS NOT NULL;
-        IF qrow.concurrency IS NOT NULL OR queue_rate THEN
+        IF qrow.concurrency IS NOT NULL OR queue_rate OR qrow.fair THEN
             PERFORM pg_advisory_xact_lock(x'6a71'::integer, hashtext('queue ' || q));
             IF qrow.concurrency IS NOT NULL THEN
                 queue_free := least(queue_free,
@@ -117,9 +167,27 @@ BEGIN
             END IF;
         END IF;
         CONTINUE WHEN queue_free <= 0;
-        FOR cand IN SELECT j.id, j.concurrency_key FROM jobs AS j
+        IF qrow.fair THEN
+            queue_free := least(queue_free, 10);  -- no worker prefetches a long run of one key
+        END IF;
+        -- A fair queue's claim goes round its keys in passes (a job of each key a pass);
+        -- any other queue's, once over its first scan due jobs.
+        FOR pass IN 1..CASE WHEN qrow.fair THEN 10 ELSE 1 END LOOP
+        before_pass := taken;
+        last_key := NULL;
+        IF qrow.fair THEN
+            -- Turns between keys, from the cursor read after the queue's lock.
+            OPEN candidates FOR SELECT f.id, f.concurrency_key FROM jobq_fair_candidates(q,
+                (SELECT p.fair_cursor FROM jobq_queues AS p WHERE p.name = q), least(queue_free, 10), scan) AS f;
+        ELSE
+            OPEN candidates FOR SELECT j.id, j.concurrency_key FROM jobs AS j
                 WHERE j.status = 'pending' AND j.queue = q AND j.run_at <= now()
-                ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan LOOP
+                ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan;
+        END IF;
+        LOOP
+            FETCH candidates INTO cand;
+            EXIT WHEN NOT FOUND;
+            last_key := coalesce(cand.concurrency_key, last_key);
             CONTINUE WHEN cand.concurrency_key = ANY(full_keys);
             rule := NULL;
             IF cand.concurrency_key IS NOT NULL THEN
@@ -166,6 +234,12 @@ BEGIN
             taken := taken + 1;
             queue_free := queue_free - 1;
             EXIT WHEN queue_free <= 0 OR taken >= max_jobs;
+        END LOOP;
+        CLOSE candidates;
+        IF qrow.fair AND last_key IS NOT NULL THEN
+            UPDATE jobq_queues SET fair_cursor = last_key WHERE name = q;
+        END IF;
+        EXIT WHEN taken = before_pass OR queue_free <= 0 OR taken >= max_jobs;
         END LOOP;
     END LOOP;
 END

@@ -17,7 +17,7 @@ from jobq.store.sql.fragments import JOB_COLUMNS
 # probes of jobq_queues). Asked by a worker at most once a second (jobq.limits.gate).
 LIMITS_APPLY = (
     "SELECT EXISTS (SELECT FROM jobq_limits) OR EXISTS (SELECT FROM jobq_queues "
-    "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL))"
+    "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair))"
 )
 
 # JOB_CLAIM_LIMITED: the claim under limits, by jobq_claim_limited (migration 0016: the
