@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError, field_validator
+from pydantic import ValidationInfo
 
 from jobq.errors import InvalidArgument
 
@@ -30,6 +31,7 @@ MAX_TYPE_LENGTH = 200
 MAX_QUEUE_LENGTH = 100
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
 MAX_CONCURRENCY_KEY_LENGTH = 255
+MAX_DEBOUNCE = 7 * 86_400  # seconds: a debounce (or its max wait) of at most a week
 MAX_PAYLOAD_DEPTH = 64
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 100
@@ -77,6 +79,11 @@ class JobSpec(BaseModel):
     run_at: datetime | None = Field(None, description="ISO-8601; without an offset it means UTC. Omit for now.")
     queue: Annotated[Name, Field(max_length=MAX_QUEUE_LENGTH)] = DEFAULT_QUEUE
     idempotency_key: Annotated[Name, Field(max_length=MAX_IDEMPOTENCY_KEY_LENGTH)] | None = None
+    debounce: Annotated[float, Field(strict=True, gt=0, le=MAX_DEBOUNCE)] | None = Field(None, description=(
+        "Seconds: while the job holding this idempotency_key is pending, an enqueue replaces its payload and moves "
+        "its run_at to this long from now (200 with it). Implies unique_while `pending`; takes no run_at."))
+    debounce_max_wait: Annotated[float, Field(strict=True, gt=0, le=MAX_DEBOUNCE)] | None = Field(
+        None, description="Seconds: a debounced job's run_at never moves past this long after its first enqueue.")
     unique_while: Literal["pending", "active", "always"] | None = Field(
         None,
         description="How long the idempotency_key keeps another job with the same key out: `always` (the "
@@ -116,6 +123,19 @@ class JobSpec(BaseModel):
             check_text(value)
         return value
 
+    @field_validator("debounce", "debounce_max_wait", "unique_while")
+    @classmethod
+    def _debounced(cls, value: object, info: ValidationInfo) -> object:
+        debounced = info.data.get("debounce") is not None
+        if value is None or (info.field_name == "unique_while" and (not debounced or value == "pending")):
+            return value
+        if info.field_name == "debounce" and info.data.get("run_at") is not None:
+            raise ValueError("takes no run_at: a debounced job runs `debounce` seconds after its latest enqueue")
+        if info.field_name != "debounce" and not (info.field_name == "debounce_max_wait" and debounced):
+            raise ValueError("needs a debounce" if info.field_name == "debounce_max_wait"
+                             else "a debounced job's key is held while it is pending: unique_while must be 'pending'")
+        return value
+
     @field_validator("tags")
     @classmethod
     def _tags_distinct_and_storable(cls, value: list[str] | None) -> list[str] | None:
@@ -152,7 +172,12 @@ class JobSpec(BaseModel):
     def key_scope(self) -> str:
         """The scope its row stores: ``unique_while``, or the default. Raises
         :class:`InvalidArgument` for a scope given without a key (checked here, not when
-        the model is validated: the API may take the key from a header)."""
+        the model is validated: the API may take the key from a header). A debounced job's
+        is ``"pending"``, and needs a key."""
+        if self.debounce is not None:
+            if self.idempotency_key is None:
+                raise InvalidArgument("debounce", "needs an idempotency_key")
+            return "pending"
         return key_scope(self.unique_while, self.idempotency_key)
 
     def row(self) -> Row:
@@ -274,7 +299,7 @@ def parse_rows(values: Iterable[Any], *, name: str = "jobs") -> list[Row]:
     return rows  # type: ignore[return-value]
 
 
-_FIELDS = frozenset(JobSpec.model_fields)
+_PLAIN_FIELDS = frozenset(JobSpec.model_fields) - {"debounce", "debounce_max_wait"}  # those JobSpec checks
 _SCOPES = frozenset(get_args(get_args(JobSpec.model_fields["unique_while"].annotation)[0]))
 _EMPTY_PAYLOAD = "{}"
 
@@ -283,7 +308,7 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
     """``values`` as a row if it is a plain job that JobSpec would take unchanged (but
     for the defaults, payload's JSON text and run_at in UTC); None to leave the
     decision to JobSpec. Never raises."""
-    if type(values) is not dict or not values.keys() <= _FIELDS:
+    if type(values) is not dict or not values.keys() <= _PLAIN_FIELDS:
         return None
     get = values.get
     type_, queue = get("type"), get("queue", DEFAULT_QUEUE)

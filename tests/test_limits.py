@@ -174,3 +174,46 @@ def test_a_fair_queue_takes_turns_between_keys_and_the_jobs_without_one(conn, se
     turns = [[c.job.concurrency_key for c in claim(session, lock_base, limit=4)] for _ in range(3)]
     assert turns == [[None, "a", "b", "c"], [None, "a", "b", "c"], ["a", "a", "a", "a"]]  # then a alone
     assert len(claim(session, lock_base, limit=50)) == 10  # a fair queue's claim takes ten at most
+
+
+def test_debounce_moves_the_pending_job_and_a_claimed_one_starts_a_new_job(conn, session, lock_base):
+    first = jobq.enqueue("noop", {"v": 1}, idempotency_key="sync:42", debounce=30, debounce_max_wait=45, conn=conn)
+    assert first.unique_while == "pending" and 29 < (first.run_at - first.created_at).total_seconds() <= 30
+    conn.execute("UPDATE jobs SET created_at = created_at - interval '20 seconds' WHERE id = %s", (first.id,))
+    again = jobq.enqueue("noop", {"v": 2}, idempotency_key="sync:42", debounce=30, debounce_max_wait=45, conn=conn)
+    assert again.id == first.id and again.payload == {"v": 2}
+    assert abs((again.run_at - again.created_at).total_seconds() - 45) < 0.5  # capped at the max wait
+    conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (first.id,))
+    (claimed,) = leases.claim(session, ["default"], worker_id="t", limit=5, lock_base=lock_base).result()
+    assert claimed.job.id == first.id
+    new = jobq.enqueue("noop", {"v": 3}, idempotency_key="sync:42", debounce=30, conn=conn)
+    assert new.id != first.id and new.status == "pending"
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"idempotency_key": "k", "debounce": 5, "unique_while": "always"}, "unique_while"),
+        ({"idempotency_key": "k", "debounce_max_wait": 5}, "debounce_max_wait"),
+        ({"idempotency_key": "k", "debounce": 0}, "debounce"),
+        ({"idempotency_key": "k", "debounce": "5"}, "debounce"),
+        ({"debounce": 5}, "debounce"),
+    ],
+)
+def test_a_bad_debounce_is_refused_naming_the_field(conn, kwargs, field):
+    with pytest.raises(InvalidArgument) as raised:
+        jobq.enqueue("noop", conn=conn, **kwargs)
+    assert raised.value.field == field
+
+
+def test_debounce_over_http_answers_201_then_200_with_the_same_job(client, conn):
+    body = {"type": "noop", "idempotency_key": "sync:7", "debounce": 30}
+    first = client.post("/jobs", json={**body, "payload": {"v": 1}})
+    second = client.post("/jobs", json={**body, "payload": {"v": 2}})
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.get_json()["id"] == first.get_json()["id"] and second.get_json()["payload"] == {"v": 2}
+    batch = client.post("/jobs/batch", json={"jobs": [{**body, "payload": {"v": 3}}, {"type": "noop"}]})
+    assert batch.status_code == 201 and batch.get_json()["jobs"][0]["id"] == first.get_json()["id"]
+    bad = client.post("/jobs", json={**body, "unique_while": "active"})
+    assert bad.status_code == 422 and "unique_while" in bad.get_data(as_text=True)
+    assert jobq.enqueue_many([{**body, "payload": {"v": 4}}], conn=conn)[0].payload == {"v": 4}

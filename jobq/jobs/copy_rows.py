@@ -102,3 +102,10 @@ def _text(value: str, encoding: str) -> bytes:
 def _text_array(values: list[str], encoding: str) -> bytes:
     elements = b"".join(_text(value, encoding) for value in values)
     return _ARRAY_HEADER.pack(20 + len(elements), 1, 0, TEXT_OID, len(values), 1) + elements
+
+
+def array_literal(texts: list[str]) -> str:
+    """``texts`` as a PostgreSQL array literal (``{"a","b\\"c"}``): every element quoted,
+    its backslashes and double quotes escaped (the tags of an array INSERT's rows, one
+    literal per job: jobq.jobs.submit)."""
+    return "{" + ",".join('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts) + "}"

@@ -32,7 +32,8 @@ from jobq.store.sql.enqueue import (
     JOB_INSERT_RESERVED_IF_ABSENT,
     JOB_RESERVE_IDS,
 )
-from jobq.jobs.copy_rows import job_rows
+from jobq.jobs.copy_rows import array_literal, job_rows
+from jobq.jobs.debounce import insert_debounced
 from jobq.store.connections import Connection, connection, first_line
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
@@ -46,6 +47,7 @@ from jobq.spec import (
     key_scope,
     parse_rows,
     parse_spec,
+    parse_specs,
 )
 
 COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
@@ -77,6 +79,8 @@ def enqueue(
     tags: Iterable[str] | None = None,
     unique_while: str | None = None,
     concurrency_key: str | None = None,
+    debounce: float | None = None,
+    debounce_max_wait: float | None = None,
     conn: Connection | None = None,
 ) -> Job:
     """Add one job and return it.
@@ -86,9 +90,9 @@ def enqueue(
     returns that job and adds nothing. A key is held, by the job that has it, for as
     long as ``unique_while`` says: ``"always"`` (the default: while that job's row
     exists), ``"active"`` (while it is pending, claimed or running) or ``"pending"``
-    (while it waits to run). ``concurrency_key`` (``"tenant:42"``): the key that
-    rules on keys (:func:`jobq.set_limit`) count the job under. Raises :class:`InvalidArgument` naming a bad argument, and
-    :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
+    (while it waits to run). ``concurrency_key`` (``"tenant:42"``): the key rules on keys
+    (:func:`jobq.set_limit`) count it under; ``debounce``: see :mod:`jobq.jobs.debounce`.
+    Raises :class:`InvalidArgument` naming a bad argument, :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
     caller commits; without, the job is committed before this returns.
     """
     spec = parse_spec(
@@ -103,6 +107,8 @@ def enqueue(
             "tags": tags if tags is None or isinstance(tags, (str, list)) else list(tags),
             "unique_while": unique_while,
             "concurrency_key": concurrency_key,
+            "debounce": debounce,
+            "debounce_max_wait": debounce_max_wait,
         }
     )
     return submit(spec, conn=conn).job
@@ -115,7 +121,12 @@ def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | 
     with connection(conn) as c:
         if max_pending is not None:
             check_admission(c, max_pending)
-        return _insert_one(c, params)
+        if spec.debounce is None:
+            return _insert_one(c, params)
+        found = insert_debounced(c, params, spec.debounce, spec.debounce_max_wait, spec.key_scope())
+        if found is None:
+            raise _key_unsettled([spec.idempotency_key])
+        return Enqueued(*found)
 
 
 def _insert_one(conn: Connection, params: dict[str, Any]) -> Enqueued:
@@ -140,13 +151,19 @@ def enqueue_many(jobs: Iterable[Mapping[str, Any]], *, conn: Connection | None =
     All or nothing: one bad mapping raises :class:`InvalidArgument` naming its index and
     field, and nothing is added. One wake-up per queue, however many jobs.
     """
-    return _store(parse_rows(jobs), conn, None)[0]
+    items = list(jobs)
+    if any(isinstance(item, Mapping) and item.get("debounce") is not None for item in items):
+        return [entry.job for entry in submit_many(parse_specs(items), conn=conn)]
+    return _store(parse_rows(items), conn, None)[0]
 
 
 def submit_many(
     specs: list[JobSpec], *, conn: Connection | None = None, max_pending: int | None = None
 ) -> list[Enqueued]:
-    """Add many validated jobs; see :func:`enqueue_many` and :func:`submit`."""
+    """Add many validated jobs (see :func:`enqueue_many`, :func:`submit`); with a debounced one, one by one."""
+    if any(spec.debounce is not None for spec in specs):
+        with connection(conn) as c, c.transaction():
+            return [submit(spec, conn=c, max_pending=max_pending if i == 0 else None) for i, spec in enumerate(specs)]
     jobs, held = _store([spec.row() for spec in specs], conn, max_pending)
     return [Enqueued(job, index not in held) for index, job in enumerate(jobs)]
 
@@ -381,9 +398,3 @@ def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
         "unique_whiles": [scope or DEFAULT_UNIQUE_WHILE for scope in scopes],
         "concurrency_keys": list(concurrency_keys),
     }
-
-
-def array_literal(texts: list[str]) -> str:
-    """``texts`` as a PostgreSQL array literal (``{"a","b\\"c"}``): every element quoted,
-    its backslashes and double quotes escaped."""
-    return "{" + ",".join('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts) + "}"

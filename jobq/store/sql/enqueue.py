@@ -22,14 +22,40 @@ KEY_HELD = (
     "OR (unique_while = 'active' AND status IN ('claimed', 'running')))"
 )
 
+# The one row of JOB_INSERT and JOB_INSERT_DEBOUNCED, but for its run_at.
+_ONE_ROW = (
+    "SELECT %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, %(max_retries)s::int, "
+    "{run_at}, %(idempotency_key)s::text AS idempotency_key, %(tags)b::text[], "
+    "%(unique_while)s::text, %(concurrency_key)s::text"
+)
+
 # JOB_INSERT: one row; a key held by another job (see KEYED_INSERT) makes it insert
 # and return nothing, so the caller reads that job instead.
 JOB_INSERT = KEYED_INSERT.format(
     columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
-    rows="SELECT %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, %(max_retries)s::int, "
-    "coalesce(%(run_at)s, now()), %(idempotency_key)s::text AS idempotency_key, %(tags)b::text[], "
-    "%(unique_while)s::text, %(concurrency_key)s::text",
+    rows=_ONE_ROW.format(run_at="coalesce(%(run_at)s, now())"),
     returning=JOB_COLUMNS,
+)
+
+# JOB_INSERT_DEBOUNCED: JOB_INSERT of a debounced job (jobq.jobs.debounce): due
+# %(debounce)s seconds from now, on the database's clock.
+JOB_INSERT_DEBOUNCED = KEYED_INSERT.format(
+    columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
+    rows=_ONE_ROW.format(run_at="now() + make_interval(secs => %(debounce)s)"),
+    returning=JOB_COLUMNS,
+)
+
+# JOB_DEBOUNCE_IF_PENDING: the pending job holding a key in the scope 'pending'
+# (jobs_key_held_idx, its predicate spelt as KEY_HELD), given the new payload and due
+# %(debounce)s seconds from now, but never later than %(max_wait)s seconds after its
+# first enqueue (its created_at). Guarded by status: a job claimed meanwhile is not
+# touched (the caller inserts a new one). The row lock orders concurrent debounces.
+JOB_DEBOUNCE_IF_PENDING = (
+    "UPDATE jobs SET payload = %(payload)s::jsonb, run_at = CASE WHEN %(max_wait)s::float8 IS NULL "
+    "THEN now() + make_interval(secs => %(debounce)s) ELSE least(now() + make_interval(secs => %(debounce)s), "
+    "created_at + make_interval(secs => %(max_wait)s)) END "
+    "WHERE " + LIVE + " AND idempotency_key = %(idempotency_key)s AND " + KEY_HELD + " "
+    "AND status = 'pending' AND unique_while = 'pending' RETURNING " + JOB_COLUMNS
 )
 
 # JOB_RESERVE_IDS: the transaction's timestamp (now(), what the column defaults use)
