@@ -123,31 +123,45 @@ END
 $$;
 
 -- The claim under limits: up to max_jobs due pending jobs of some queues (paused ones
--- left out), in claim order within each queue (queues in name order), each taken
--- only while its queue and its key have a free slot and rate. For each queue with a
--- limit, its lock is waited for (queues in name order: no deadlock); a key's lock is
--- only tried (a key another claim is deciding right now is skipped this time), so
--- two claims never wait on each other in opposite orders. Up to scan candidates per
--- queue are read without row locks; a chosen one is row-locked (SKIP LOCKED) before
--- it is taken. Returns each job claimed (new lease, claimed by worker), whether its
--- advisory lock was taken, and whether it holds a slot.
+-- left out; queues in name order, jobs in claim order within each, or in turns between
+-- keys for a fair queue), each taken only while its queue and its key have a free slot
+-- and rate. Set-based: a handful of statements per queue, not per job.
+--   1. A limited (or fair) queue's lock is waited for (queues in name order: no
+--      deadlock), then its slots and starts counted by statements that start after it.
+--   2. Up to scan candidates are read without row locks; the rules of their keys are
+--      read; each key's lock is only tried (a key another claim is deciding right now
+--      is skipped this time, so two claims never wait on each other in opposite
+--      orders), then the keys' slots and starts counted, after those locks.
+--   3. The candidates are chosen in order against what is left of each limit; the
+--      chosen rows are locked SKIP LOCKED (one another claim took is simply not taken),
+--      their starts recorded, and they are claimed (new lease) with their slots
+--      inserted and their advisory locks taken, by one statement.
+-- Returns each job claimed, whether its advisory lock was taken, and whether it holds
+-- a slot.
 CREATE FUNCTION jobq_claim_limited(queues text[], worker text, max_jobs integer, scan integer, lock_base bigint)
 RETURNS TABLE (job jobs, locked boolean, slotted boolean) LANGUAGE plpgsql AS $$
 DECLARE
     q text;
     qrow jobq_queues;
     queue_free integer;
-    queue_rate boolean;
-    cand record;
-    rule jobq_limits;
-    full_keys text[] := '{}';
     taken integer := 0;
-    key_slot boolean;
-    row_ jobs;
+    cand_ids bigint[];
+    cand_keys text[];
+    rule_keys text[];
+    rule_conc integer[];
+    rule_rate integer[];
+    rule_period integer[];
+    key_left integer[];
+    full_keys text[] := '{}';
+    slot_keys text[];
+    rate_keys text[];
+    chosen bigint[];
+    lockable bigint[];
+    pos integer;
+    k text;
     stamp timestamptz;
-    candidates refcursor;
-    last_key text;
     before_pass integer;
+    got integer;
 BEGIN
     FOREACH q IN ARRAY ARRAY(SELECT DISTINCT x FROM unnest(queues) AS u(x) ORDER BY x) LOOP
         EXIT WHEN taken >= max_jobs;
@@ -155,91 +169,98 @@ BEGIN
         SELECT * INTO qrow FROM jobq_queues WHERE name = q;
         CONTINUE WHEN qrow.paused_at IS NOT NULL;
         queue_free := max_jobs - taken;
-        queue_rate := qrow.rate_count IS NOT NULL;
-        IF qrow.concurrency IS NOT NULL OR queue_rate OR qrow.fair THEN
+        IF qrow.concurrency IS NOT NULL OR qrow.rate_count IS NOT NULL OR qrow.fair THEN
             PERFORM pg_advisory_xact_lock(x'6a71'::integer, hashtext('queue ' || q));
             IF qrow.concurrency IS NOT NULL THEN
                 queue_free := least(queue_free,
                     qrow.concurrency - (SELECT count(*) FROM jobq_limit_slots AS s WHERE s.queue = q)::integer);
             END IF;
-            IF queue_rate THEN
+            IF qrow.rate_count IS NOT NULL THEN
                 queue_free := least(queue_free, jobq_limit_rate_left('queue ' || q, qrow.rate_count, qrow.rate_seconds));
             END IF;
-        END IF;
-        CONTINUE WHEN queue_free <= 0;
-        IF qrow.fair THEN
-            queue_free := least(queue_free, 10);  -- no worker prefetches a long run of one key
+            IF qrow.fair THEN
+                queue_free := least(queue_free, 10);  -- no worker prefetches a long run of one key
+            END IF;
         END IF;
         -- A fair queue's claim goes round its keys in passes (a job of each key a pass);
         -- any other queue's, once over its first scan due jobs.
         FOR pass IN 1..CASE WHEN qrow.fair THEN 10 ELSE 1 END LOOP
-        before_pass := taken;
-        last_key := NULL;
-        IF qrow.fair THEN
-            -- Turns between keys, from the cursor read after the queue's lock.
-            OPEN candidates FOR SELECT f.id, f.concurrency_key FROM jobq_fair_candidates(q,
-                (SELECT p.fair_cursor FROM jobq_queues AS p WHERE p.name = q), least(queue_free, 10), scan) AS f;
-        ELSE
-            OPEN candidates FOR SELECT j.id, j.concurrency_key FROM jobs AS j
-                WHERE j.status = 'pending' AND j.queue = q AND j.run_at <= now()
-                ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan;
-        END IF;
-        LOOP
-            FETCH candidates INTO cand;
-            EXIT WHEN NOT FOUND;
-            last_key := coalesce(cand.concurrency_key, last_key);
-            CONTINUE WHEN cand.concurrency_key = ANY(full_keys);
-            rule := NULL;
-            IF cand.concurrency_key IS NOT NULL THEN
-                SELECT * INTO rule FROM jobq_limit_rule(cand.concurrency_key);
+            EXIT WHEN queue_free <= 0;
+            before_pass := taken;
+            IF qrow.fair THEN
+                SELECT array_agg(f.id ORDER BY f.n), array_agg(f.concurrency_key ORDER BY f.n)
+                INTO cand_ids, cand_keys
+                FROM jobq_fair_candidates(q, (SELECT p.fair_cursor FROM jobq_queues AS p WHERE p.name = q),
+                                          queue_free, scan) WITH ORDINALITY AS f(id, concurrency_key, n);
+            ELSE
+                SELECT array_agg(c.id ORDER BY c.n), array_agg(c.concurrency_key ORDER BY c.n) INTO cand_ids, cand_keys
+                FROM (SELECT j.id, j.concurrency_key, row_number() OVER () AS n FROM (SELECT j.id, j.concurrency_key
+                      FROM jobs AS j WHERE j.status = 'pending' AND j.queue = q AND j.run_at <= now()
+                      ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan) AS j) AS c;
             END IF;
-            IF rule.pattern IS NOT NULL THEN
-                IF NOT pg_try_advisory_xact_lock(x'6a71'::integer, hashtext('key ' || cand.concurrency_key)) THEN
-                    full_keys := full_keys || cand.concurrency_key;
+            EXIT WHEN cand_ids IS NULL;
+            -- The rules of the candidates' keys, those keys' locks tried, then their use.
+            SELECT array_agg(d.k), array_agg(r.concurrency), array_agg(r.rate_count), array_agg(r.rate_seconds)
+            INTO rule_keys, rule_conc, rule_rate, rule_period
+            FROM (SELECT DISTINCT u.k FROM unnest(cand_keys) AS u(k) WHERE u.k IS NOT NULL AND u.k <> ALL(full_keys)) AS d,
+                 LATERAL jobq_limit_rule(d.k) AS r;
+            rule_keys := coalesce(rule_keys, '{}');
+            full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys) AS u(k)
+                WHERE NOT pg_try_advisory_xact_lock(x'6a71'::integer, hashtext('key ' || u.k)));
+            SELECT array_agg(CASE WHEN u.k = ANY(full_keys) THEN 0 ELSE least(
+                       u.conc - (SELECT count(*) FROM jobq_limit_slots AS s WHERE s.concurrency_key = u.k)::integer,
+                       CASE WHEN u.rate IS NOT NULL THEN jobq_limit_rate_left('key ' || u.k, u.rate, u.period) END)
+                   END ORDER BY u.i)
+            INTO key_left
+            FROM unnest(rule_keys, rule_conc, rule_rate, rule_period) WITH ORDINALITY AS u(k, conc, rate, period, i);
+            -- Choose in order, against what each limit has left.
+            chosen := '{}';
+            FOR i IN 1..array_length(cand_ids, 1) LOOP
+                EXIT WHEN queue_free <= 0;
+                k := cand_keys[i];
+                pos := CASE WHEN k IS NULL THEN NULL ELSE array_position(rule_keys, k) END;
+                IF pos IS NOT NULL THEN
+                    CONTINUE WHEN key_left[pos] IS NOT NULL AND key_left[pos] <= 0;
+                    key_left[pos] := key_left[pos] - 1;
+                ELSIF k IS NOT NULL AND k = ANY(full_keys) THEN
                     CONTINUE;
                 END IF;
-                IF (rule.concurrency IS NOT NULL AND (SELECT count(*) FROM jobq_limit_slots AS s
-                        WHERE s.concurrency_key = cand.concurrency_key) >= rule.concurrency)
-                    OR (rule.rate_count IS NOT NULL
-                        AND jobq_limit_rate_left('key ' || cand.concurrency_key, rule.rate_count, rule.rate_seconds) <= 0)
-                THEN
-                    full_keys := full_keys || cand.concurrency_key;
-                    CONTINUE;
-                END IF;
+                chosen := chosen || cand_ids[i];
+                queue_free := queue_free - 1;
+            END LOOP;
+            -- Each key whose use was read is decided for this claim: a later pass reads
+            -- it again (after the slots this one took), not the keys refused.
+            full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys, key_left) AS u(k, l) WHERE l <= 0);
+            lockable := ARRAY(SELECT j.id FROM jobs AS j WHERE j.id = ANY(chosen) AND j.status = 'pending'
+                              FOR UPDATE SKIP LOCKED);
+            slot_keys := ARRAY(SELECT u.k FROM unnest(rule_keys, rule_conc) AS u(k, c) WHERE c IS NOT NULL);
+            rate_keys := ARRAY(SELECT u.k FROM unnest(rule_keys, rule_rate) AS u(k, r) WHERE r IS NOT NULL);
+            stamp := clock_timestamp();  -- a start is the claim: its claimed_at is when its starts are recorded
+            INSERT INTO jobq_limit_starts (scope, at)
+                SELECT 'key ' || j.concurrency_key, stamp FROM jobs AS j
+                WHERE j.id = ANY(lockable) AND j.concurrency_key = ANY(rate_keys)
+                UNION ALL SELECT 'queue ' || q, stamp FROM unnest(lockable) WHERE qrow.rate_count IS NOT NULL;
+            RETURN QUERY
+                WITH claimed AS (
+                    UPDATE jobs AS j SET status = 'claimed', claimed_at = stamp, heartbeat_at = now(),
+                        started_at = NULL, worker_id = worker, lease = nextval('jobs_lease_seq')
+                    WHERE j.id = ANY(lockable) AND j.status IN ('pending', 'claimed', 'running') RETURNING j.*),
+                slots AS (
+                    INSERT INTO jobq_limit_slots (job_id, lease, queue, concurrency_key)
+                    SELECT c.id, c.lease, c.queue, c.concurrency_key FROM claimed AS c
+                    WHERE qrow.concurrency IS NOT NULL OR c.concurrency_key = ANY(slot_keys))
+                SELECT c::jobs, pg_try_advisory_lock(lock_base | c.id),
+                       qrow.concurrency IS NOT NULL OR coalesce(c.concurrency_key = ANY(slot_keys), false)
+                FROM claimed AS c ORDER BY array_position(chosen, c.id);
+            GET DIAGNOSTICS got = ROW_COUNT;
+            taken := taken + got;
+            queue_free := queue_free + (cardinality(chosen) - got);  -- rows another claim took: not ours
+            IF qrow.fair THEN
+                UPDATE jobq_queues SET fair_cursor = (SELECT max(u.k) FROM unnest(cand_keys) AS u(k)
+                    WHERE u.k IS NOT NULL AND u.k <= coalesce(cand_keys[array_length(cand_keys, 1)], u.k))
+                WHERE name = q AND cand_keys[array_length(cand_keys, 1)] IS NOT NULL;
             END IF;
-            -- The row itself, if no other claim has it (SKIP LOCKED) and it is still
-            -- pending in its latest version.
-            PERFORM FROM jobs AS j WHERE j.id = cand.id AND j.status = 'pending' FOR UPDATE SKIP LOCKED;
-            CONTINUE WHEN NOT FOUND;
-            -- A start is the claim: its claimed_at is the instant its starts are recorded.
-            stamp := clock_timestamp();
-            IF rule.rate_count IS NOT NULL THEN
-                INSERT INTO jobq_limit_starts (scope, at) VALUES ('key ' || cand.concurrency_key, stamp);
-            END IF;
-            IF queue_rate THEN
-                INSERT INTO jobq_limit_starts (scope, at) VALUES ('queue ' || q, stamp);
-            END IF;
-            UPDATE jobs AS j SET status = 'claimed', claimed_at = stamp, heartbeat_at = now(), started_at = NULL,
-                worker_id = worker, lease = nextval('jobs_lease_seq')
-                WHERE j.id = cand.id AND j.status IN ('pending', 'claimed', 'running') RETURNING j.* INTO row_;
-            key_slot := rule.concurrency IS NOT NULL;
-            slotted := key_slot OR qrow.concurrency IS NOT NULL;
-            IF slotted THEN
-                INSERT INTO jobq_limit_slots (job_id, lease, queue, concurrency_key)
-                VALUES (row_.id, row_.lease, q, row_.concurrency_key);
-            END IF;
-            job := row_;
-            locked := pg_try_advisory_lock(lock_base | row_.id);
-            RETURN NEXT;
-            taken := taken + 1;
-            queue_free := queue_free - 1;
-            EXIT WHEN queue_free <= 0 OR taken >= max_jobs;
-        END LOOP;
-        CLOSE candidates;
-        IF qrow.fair AND last_key IS NOT NULL THEN
-            UPDATE jobq_queues SET fair_cursor = last_key WHERE name = q;
-        END IF;
-        EXIT WHEN taken = before_pass OR queue_free <= 0 OR taken >= max_jobs;
+            EXIT WHEN taken = before_pass OR taken >= max_jobs;
         END LOOP;
     END LOOP;
 END
