@@ -53,7 +53,7 @@ def slotted(jobs: Sequence[Leased]) -> list[Leased]:
 
 def release_slots(conn: Connection, jobs: Sequence[Leased]) -> Deferred[int] | None:
     """Free the slots of ``jobs`` (by job and the lease of their claim), in the caller's
-    transaction, which records their outcome; wakes idle workers of their queues. None
+    transaction, which records their outcome. None
     when none of them holds one (nothing sent)."""
     if not jobs:
         return None

@@ -200,19 +200,25 @@ BEGIN
             END IF;
             EXIT WHEN cand_ids IS NULL;
             -- The rules of the candidates' keys, those keys' locks tried, then their use.
-            SELECT array_agg(d.k), array_agg(r.concurrency), array_agg(r.rate_count), array_agg(r.rate_seconds)
+            -- (jobq_limit_rule's choice, as one join of the few rules with the keys)
+            SELECT array_agg(r.k), array_agg(r.concurrency), array_agg(r.rate_count), array_agg(r.rate_seconds)
             INTO rule_keys, rule_conc, rule_rate, rule_period
-            FROM (SELECT DISTINCT u.k FROM unnest(cand_keys) AS u(k) WHERE u.k IS NOT NULL AND u.k <> ALL(full_keys)) AS d,
-                 LATERAL jobq_limit_rule(d.k) AS r;
+            FROM (SELECT DISTINCT ON (d.k) d.k, l.concurrency, l.rate_count, l.rate_seconds
+                  FROM (SELECT DISTINCT u.k FROM unnest(cand_keys) AS u(k)
+                        WHERE u.k IS NOT NULL AND u.k <> ALL(full_keys)) AS d
+                  JOIN jobq_limits AS l ON l.pattern = d.k OR (right(l.pattern, 1) = '*' AND starts_with(d.k, left(l.pattern, -1)))
+                  ORDER BY d.k, l.pattern = d.k DESC, length(l.pattern) DESC) AS r;
             rule_keys := coalesce(rule_keys, '{}');
             full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys) AS u(k)
                 WHERE NOT pg_try_advisory_xact_lock(x'6a71'::integer, hashtext('key ' || u.k)));
             SELECT array_agg(CASE WHEN u.k = ANY(full_keys) THEN 0 ELSE least(
-                       u.conc - (SELECT count(*) FROM jobq_limit_slots AS s WHERE s.concurrency_key = u.k)::integer,
+                       u.conc - coalesce(used.n, 0)::integer,
                        CASE WHEN u.rate IS NOT NULL THEN jobq_limit_rate_left('key ' || u.k, u.rate, u.period) END)
                    END ORDER BY u.i)
             INTO key_left
-            FROM unnest(rule_keys, rule_conc, rule_rate, rule_period) WITH ORDINALITY AS u(k, conc, rate, period, i);
+            FROM unnest(rule_keys, rule_conc, rule_rate, rule_period) WITH ORDINALITY AS u(k, conc, rate, period, i)
+            LEFT JOIN (SELECT s.concurrency_key AS k, count(*) AS n FROM jobq_limit_slots AS s
+                       WHERE s.concurrency_key = ANY(rule_keys) GROUP BY s.concurrency_key) AS used ON used.k = u.k;
             -- Choose in order, against what each limit has left.
             chosen := '{}';
             FOR i IN 1..array_length(cand_ids, 1) LOOP
@@ -266,19 +272,11 @@ BEGIN
 END
 $$;
 
--- Frees the slots of some (job_id, lease) pairs, and wakes idle workers of the queues
--- that gained a free slot (one notification per queue). Returns how many were freed.
-CREATE FUNCTION jobq_limit_release(ids bigint[], leases bigint[]) RETURNS integer LANGUAGE plpgsql AS $$
-DECLARE
-    freed record;
-    total integer := 0;
-BEGIN
-    FOR freed IN WITH gone AS (DELETE FROM jobq_limit_slots AS s USING unnest(ids, leases) AS r(id, lease)
-                               WHERE s.job_id = r.id AND s.lease = r.lease RETURNING s.queue)
-                 SELECT queue, count(*) AS n FROM gone GROUP BY queue LOOP
-        PERFORM jobq_wake(ARRAY[freed.queue], ARRAY[freed.n]);
-        total := total + freed.n;
-    END LOOP;
-    RETURN total;
-END
+-- Frees the slots of some (job_id, lease) pairs; returns how many. (Idle workers with
+-- due jobs held back look again within 50 ms: no notification, whose commit-time lock
+-- would serialise every outcome.)
+CREATE FUNCTION jobq_limit_release(ids bigint[], leases bigint[]) RETURNS integer LANGUAGE sql AS $$
+    WITH gone AS (DELETE FROM jobq_limit_slots AS s USING unnest(ids, leases) AS r(id, lease)
+                  WHERE s.job_id = r.id AND s.lease = r.lease RETURNING 1)
+    SELECT count(*)::integer FROM gone
 $$;

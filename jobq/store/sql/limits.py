@@ -30,8 +30,7 @@ JOB_CLAIM_LIMITED = (
 )
 
 # LIMIT_SLOTS_RELEASE: the slots of some claims (job_id, lease of the claim: primary key
-# of jobq_limit_slots), sent in the transaction of their outcome; wakes idle workers of
-# the queues that gained a slot (jobq_limit_release).
+# of jobq_limit_slots), sent in the transaction of their outcome (jobq_limit_release).
 LIMIT_SLOTS_RELEASE = "SELECT jobq_limit_release(%(ids)b::bigint[], %(leases)b::bigint[])"
 
 # LIMIT_SLOTS_LOCK_GONE: the slots whose job is no longer in flight under the slot's
