@@ -217,3 +217,20 @@ def test_debounce_over_http_answers_201_then_200_with_the_same_job(client, conn)
     bad = client.post("/jobs", json={**body, "unique_while": "active"})
     assert bad.status_code == 422 and "unique_while" in bad.get_data(as_text=True)
     assert jobq.enqueue_many([{**body, "payload": {"v": 4}}], conn=conn)[0].payload == {"v": 4}
+
+
+@pytest.mark.unit
+def test_an_idle_worker_looks_at_held_jobs_less_often_after_each_empty_claim_under_limits():
+    from jobq.limits.gate import HELD_RECHECK_MAX, Gate
+
+    gate = Gate(["default"])
+    gate.claimed(0)
+    assert gate.recheck_after(0.05) == 0.05  # no limit: the plain claim's recheck, always
+    gate.limited = True
+    waits = []
+    for _ in range(6):
+        gate.claimed(0)
+        waits.append(gate.recheck_after(0.05))
+    assert waits == [0.1, 0.2, HELD_RECHECK_MAX, HELD_RECHECK_MAX, HELD_RECHECK_MAX, HELD_RECHECK_MAX]
+    gate.claimed(3)
+    assert gate.recheck_after(0.05) == 0.05

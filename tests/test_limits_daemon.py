@@ -65,7 +65,7 @@ def test_a_limit_set_at_runtime_binds_within_a_second_and_a_held_job_starts_when
     wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 30, "every job done")
     assert spans.max_overlap(conn, "queue") == {"default": 1}
     # one at a time, each started soon after the one before ended: idle workers with due
-    # jobs held back look again within 50 ms, not after the poll interval (5 s)
+    # jobs held back look again within 0.4 s, not after the poll interval (5 s)
     elapsed = scalar(conn, "SELECT extract(epoch FROM max(ended) - %s::timestamptz) FROM test_spans", at)
     assert elapsed < 6 * 0.2 + 3.0
 

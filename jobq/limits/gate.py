@@ -14,6 +14,7 @@ from jobq.store.connections import Connection
 from jobq.store.sql.limits import LIMITS_APPLY
 
 RECHECK_SECONDS = 1.0
+HELD_RECHECK_MAX = 0.4  # seconds: the longest an idle worker waits to look again at jobs held back
 
 
 class Gate:
@@ -25,6 +26,18 @@ class Gate:
         self.every = every
         self.limited = False
         self.checked = float("-inf")
+        self.empty_claims = 0  # claims under limits in a row that took nothing
+
+    def claimed(self, n: int) -> None:
+        """What the last claim took (counted only under limits)."""
+        self.empty_claims = 0 if n or not self.limited else self.empty_claims + 1
+
+    def recheck_after(self, seconds: float) -> float:
+        """How soon an idle worker whose due jobs were all held back looks again: ``seconds``
+        after a claim that took something, doubling with each claim in a row that took
+        nothing, up to HELD_RECHECK_MAX (idle workers polling a full key or queue would
+        take the database's time from the workers that run its jobs)."""
+        return min(seconds * 2 ** min(self.empty_claims, 8), max(seconds, HELD_RECHECK_MAX))
 
     def due(self) -> bool:
         """Whether the cached answer is older than ``every``."""

@@ -280,7 +280,7 @@ class WorkerLoop:
         self.next_in = UNASKED
         timeout = self.settings.poll_interval
         if next_in is not None:
-            timeout = min(timeout, max(next_in, IDLE_RECHECK))  # type: ignore[arg-type]
+            timeout = min(timeout, max(next_in, self.gate.recheck_after(IDLE_RECHECK)))  # type: ignore[arg-type]
         # Counted idle only while listening: a worker without a notification to wait
         # for must not keep the others from waking.
         self.board.mark(self.slot, self.listener.listening)
@@ -374,6 +374,7 @@ class WorkerLoop:
                 claimed = self.session.run(lambda conn, _: claim(conn).result())
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
+        self.gate.claimed(len(claimed))
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
                 log.debug(

@@ -162,6 +162,8 @@ DECLARE
     stamp timestamptz;
     before_pass integer;
     got integer;
+    -- Without a rule on keys, no candidate is refused for its key: the first ones do.
+    scan_n integer := CASE WHEN EXISTS (SELECT FROM jobq_limits) THEN scan ELSE least(scan, max_jobs) END;
 BEGIN
     FOREACH q IN ARRAY ARRAY(SELECT DISTINCT x FROM unnest(queues) AS u(x) ORDER BY x) LOOP
         EXIT WHEN taken >= max_jobs;
@@ -196,7 +198,7 @@ BEGIN
                 SELECT array_agg(c.id ORDER BY c.n), array_agg(c.concurrency_key ORDER BY c.n) INTO cand_ids, cand_keys
                 FROM (SELECT j.id, j.concurrency_key, row_number() OVER () AS n FROM (SELECT j.id, j.concurrency_key
                       FROM jobs AS j WHERE j.status = 'pending' AND j.queue = q AND j.run_at <= now()
-                      ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan) AS j) AS c;
+                      ORDER BY j.priority DESC, j.run_at, j.id LIMIT scan_n) AS j) AS c;
             END IF;
             EXIT WHEN cand_ids IS NULL;
             -- The rules of the candidates' keys, those keys' locks tried, then their use.
@@ -273,7 +275,7 @@ END
 $$;
 
 -- Frees the slots of some (job_id, lease) pairs; returns how many. (Idle workers with
--- due jobs held back look again within 50 ms: no notification, whose commit-time lock
+-- due jobs held back look again within 0.4 s: no notification, whose commit-time lock
 -- would serialise every outcome.)
 CREATE FUNCTION jobq_limit_release(ids bigint[], leases bigint[]) RETURNS integer LANGUAGE sql AS $$
     WITH gone AS (DELETE FROM jobq_limit_slots AS s USING unnest(ids, leases) AS r(id, lease)
