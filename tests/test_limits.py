@@ -13,7 +13,6 @@ from jobq.jobs import leases
 from jobq.limits import claims as limited
 from jobq.limits.rates import Rate, parse_rate
 from jobq.store import locks
-from support import spans
 from support.db import scalar
 from support.waiting import wait_for
 
