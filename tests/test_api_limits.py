@@ -26,6 +26,7 @@ def test_limits_are_put_listed_and_deleted_by_url_encoded_pattern(client, conn):
     put = client.put("/limits/tenant%3A%2A", json={"concurrency": 2})
     assert put.status_code == 200, put.data
     assert (put.get_json()["pattern"], put.get_json()["concurrency"]) == ("tenant:*", 2)
+    assert put.get_json()["updated_at"] and put.get_json()["updated_by"] == "api:anonymous"
     client.patch("/queues/mail", json={"concurrency": 3})
     listed = client.get("/limits").get_json()
     assert [r["pattern"] for r in listed["rules"]] == ["tenant:*"]

@@ -127,9 +127,10 @@ def set_limit(
         "actor": actor,
     }
     with connection(conn) as c, c.transaction():
-        c.execute(LIMIT_UPSERT, params)
+        row = c.execute(LIMIT_UPSERT, params).fetchone()
         audit.record(c, actor, "set_limit", {"pattern": pattern}, {"concurrency": concurrency, "rate": str(parsed) if parsed else None})
-    return KeyRule(pattern, concurrency, parsed, None, actor)
+    assert row is not None
+    return KeyRule(pattern, concurrency, parsed, row[0], actor)
 
 
 def clear_limit(pattern: str, *, actor: str | None = None, conn: Connection | None = None) -> bool:

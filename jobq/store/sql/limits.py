@@ -48,12 +48,12 @@ LIMIT_SLOTS_LOCK_GONE = (
 # LIMIT_STARTS_PRUNE: starts older than the longest period (an hour) count for no rate.
 LIMIT_STARTS_PRUNE = "DELETE FROM jobq_limit_starts WHERE at < now() - interval '1 hour'"
 
-# LIMIT_UPSERT: a rule on keys, created or replaced whole (primary key).
+# LIMIT_UPSERT: a rule on keys, created or replaced whole (primary key); returns when.
 LIMIT_UPSERT = (
     "INSERT INTO jobq_limits AS l (pattern, concurrency, rate_count, rate_seconds, updated_by) "
     "VALUES (%(pattern)s, %(concurrency)s, %(rate_count)s, %(rate_seconds)s, %(actor)s) "
     "ON CONFLICT (pattern) DO UPDATE SET concurrency = excluded.concurrency, rate_count = excluded.rate_count, "
-    "rate_seconds = excluded.rate_seconds, updated_at = now(), updated_by = excluded.updated_by RETURNING pattern"
+    "rate_seconds = excluded.rate_seconds, updated_at = now(), updated_by = excluded.updated_by RETURNING updated_at"
 )
 
 # LIMIT_DELETE: a rule removed (primary key); returns it if it existed.
