@@ -61,8 +61,11 @@ def test_limits_hold_across_kill_9_and_a_postgresql_restart(durable_postgres, da
     with psycopg.connect(url, autocommit=True) as conn:
         wait_for(lambda: scalar(conn, done, ids) == len(ids), 120, "every job done")
         by_queue, by_key = spans.max_overlap(conn, "queue"), spans.max_overlap(conn, "concurrency_key")
+        # runs a worker's database error ended while their job was still marked claimed: at
+        # most one per worker and restart (left out of the count: spans.max_overlap)
+        assert spans.unbounded(conn) <= 6
         for queue, most in by_queue.items():
-            assert queue_limits[queue] is None or most <= queue_limits[queue], "\n".join(map(str, [queue, most, *spans.at_most(conn, "queue", queue), *conn.execute("SELECT * FROM test_kills")]))
+            assert queue_limits[queue] is None or most <= queue_limits[queue], "\n".join(map(str, [queue, most, *spans.at_most(conn, "queue", queue), *conn.execute("SELECT * FROM test_kills"), *conn.execute("SELECT j.id, j.status, j.attempt, j.lease, j.errors, j.snoozes FROM jobs AS j JOIN test_spans AS t ON t.job_id = j.id WHERE t.ended IS NULL")]))
         for key, most in by_key.items():
             limit = rule_limits["vip"] if key == "vip" else rule_limits["tenant:*"] if key.startswith("tenant:") else None
             assert limit is None or most <= limit, (key, most, limit)
