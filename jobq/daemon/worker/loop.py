@@ -37,6 +37,7 @@ import psycopg
 from jobq.jobs import leases
 from jobq.store import locks
 from jobq.jobs.leases import Claim
+from jobq.limits.gate import Gate
 from jobq.daemon import presence
 from jobq.daemon.worker import outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
@@ -115,6 +116,7 @@ class WorkerLoop:
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = ServedQueues(settings)
+        self.gate = Gate()  # whether a limit applies to its queues: the claim under limits
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
@@ -276,7 +278,7 @@ class WorkerLoop:
         self.next_in = UNASKED
         timeout = self.settings.poll_interval
         if next_in is not None:
-            timeout = min(timeout, max(next_in, IDLE_RECHECK))  # type: ignore[arg-type]
+            timeout = min(timeout, max(next_in, self.gate.recheck_after(IDLE_RECHECK)))  # type: ignore[arg-type]
         # Counted idle only while listening: a worker without a notification to wait
         # for must not keep the others from waking.
         self.board.mark(self.slot, self.listener.listening)
@@ -346,8 +348,10 @@ class WorkerLoop:
         ask_next = self.last_claim_short
         self.next_in = UNASKED
 
+        claim_under = self.gate.claim_for(self.session, self.queues.names)
+
         def claim(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
-            return leases.claim(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
+            return claim_under(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
         asked: list[leases.Deferred[float | None]] = []
 
@@ -368,6 +372,7 @@ class WorkerLoop:
                 claimed = self.session.run(lambda conn, _: claim(conn).result())
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
+        self.gate.claimed(len(claimed))
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
                 log.debug(

@@ -24,6 +24,7 @@ from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.jobs import leases
 from jobq.store import connections
 from jobq.jobs.leases import Claim
+from jobq.limits import claims as limited
 from jobq.daemon.worker.flight import InFlight
 from jobq.errors import DatabaseUnavailable
 
@@ -167,7 +168,17 @@ class ClaimSession:
         stays cancelled: its lease changed)."""
         if not jobs:
             return
-        self.run(lambda conn, _: leases.release(conn, jobs, lock_base=self.lock_base).result())
+        def release(conn: psycopg.Connection, _: bool) -> None:
+            slotted = limited.slotted(jobs)
+            if not slotted:
+                leases.release(conn, jobs, lock_base=self.lock_base).result()
+                return
+            with conn.pipeline():  # one transaction: the jobs and their slots (jobq.limits.claims)
+                limited.release_slots(conn, slotted)
+                answer = leases.release(conn, jobs, lock_base=self.lock_base)
+            answer.result()
+
+        self.run(release)
         log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in jobs))
 
     def close(self) -> None:
