@@ -34,7 +34,8 @@ from jobq.store.sql.enqueue import (
     JOB_INSERT_RESERVED_IF_ABSENT,
     JOB_RESERVE_IDS,
 )
-from jobq.jobs.copy_rows import array_literal, job_rows
+from jobq.jobs.copy_rows import job_rows
+from jobq.jobs.params import array_params, row_params
 from jobq.jobs.debounce import insert_debounced
 from jobq.store.connections import Connection, connection, first_line
 from jobq.observe import tracing
@@ -120,7 +121,7 @@ def enqueue(
 def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | None = None) -> Enqueued:
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
-    params = _row_params(spec.row())
+    params = row_params(spec.row())
     with connection(conn) as c, tracing.recorded_on(c, spec.queue, 1):
         if max_pending is not None:
             check_admission(c, max_pending)
@@ -194,7 +195,7 @@ def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) ->
         if max_pending is not None:
             check_admission(c, max_pending)
         if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
-            entry = _insert_one(c, _row_params(rows[0]))
+            entry = _insert_one(c, row_params(rows[0]))
             return [entry.job], set() if entry.created else {0}
         if keys or len(rows) < COPY_THRESHOLD:
             return _insert(c, rows, keys)
@@ -274,7 +275,7 @@ def _insert_reserved(
 ) -> list[Job] | None:
     """The jobs inserted (or, ``again``, found) under ``ids``; None if a first attempt
     inserted nothing because the sequence was restarted since ``ids`` were reserved."""
-    params = {"ids": ids, "last_id": max(ids), "traceparents": traceparents, **_array_params(rows)}
+    params = {"ids": ids, "last_id": max(ids), "traceparents": traceparents, **array_params(rows)}
     # (id, run_at, created_at) of the rows inserted now; again, an id already stored returns nothing
     statement = JOB_INSERT_RESERVED_IF_ABSENT if again else JOB_INSERT_RESERVED
     inserted = {row[0]: row for row in conn.execute(statement, params)}
@@ -318,7 +319,7 @@ def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Jo
     holder left its scope in between is inserted again (the jobs without a key went in
     the first time)."""
     # (id, key, run_at, created_at) of the rows inserted; ids follow the input order
-    inserted = sorted(conn.execute(JOB_INSERT_MANY, _array_params(rows)).fetchall())
+    inserted = sorted(conn.execute(JOB_INSERT_MANY, array_params(rows)).fetchall())
     new = {row[1]: row for row in inserted if row[1] is not None}
     unkeyed = iter([row for row in inserted if row[1] is None])
     held: dict[str, Job] = {}
@@ -332,7 +333,7 @@ def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Jo
             unheld = set(waiting) - held.keys()
             again = [row for row in rows if row[KEY] in unheld]
             if again:
-                more = conn.execute(JOB_INSERT_MANY, _array_params(again)).fetchall()
+                more = conn.execute(JOB_INSERT_MANY, array_params(again)).fetchall()
                 new.update((row[1], row) for row in more)
             waiting = [key for key in waiting if key not in new and key not in held]
     if waiting:
@@ -367,7 +368,7 @@ def _new_job(row: Row, job_id: int, run_at: datetime, created_at: datetime) -> J
         None, None, None, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at; created_at
         None, None, [], None, None,  # result, error, errors, worker_id, lease
         key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
-        scope or DEFAULT_UNIQUE_WHILE, concurrency_key,
+        scope or DEFAULT_UNIQUE_WHILE, concurrency_key=concurrency_key,
     )
 
 
@@ -378,35 +379,3 @@ def check_admission(conn: Connection, max_pending: int) -> None:
     pending = int(row[0]) if row else 0
     if pending > max_pending:
         raise Overloaded(pending, max_pending)
-
-
-def _row_params(row: Row) -> dict[str, Any]:
-    type_, queue, payload, priority, max_retries, run_at, key, tags, scope, concurrency_key = row
-    return {
-        "type": type_,
-        "queue": queue,
-        "payload": payload.json_text,
-        "priority": priority,
-        "max_retries": max_retries,
-        "run_at": run_at,
-        "idempotency_key": key,
-        "tags": tags,
-        "unique_while": key_scope(scope, key),
-        "concurrency_key": concurrency_key,
-    }
-
-
-def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
-    types, queues, payloads, priorities, max_retries, run_ats, keys, tags, scopes, concurrency_keys = zip(*rows)
-    return {
-        "types": list(types),
-        "queues": list(queues),
-        "payloads": [payload.json_text for payload in payloads],
-        "priorities": list(priorities),
-        "max_retries": list(max_retries),
-        "run_ats": list(run_ats),
-        "idempotency_keys": list(keys),
-        "tags": [None if job_tags is None else array_literal(job_tags) for job_tags in tags],
-        "unique_whiles": [scope or DEFAULT_UNIQUE_WHILE for scope in scopes],
-        "concurrency_keys": list(concurrency_keys),
-    }

@@ -57,6 +57,7 @@ def _params(workflow: Any, idempotency_key: str | None) -> dict[str, Any]:
         "tags": [None if s.spec.tags is None else array_literal(s.spec.tags) for s in steps],
         "parents_left": [len(s.after) for s in steps],
         "on_parent_failure": [s.on_parent_failure for s in steps],
+        "concurrency_keys": [s.spec.concurrency_key for s in steps],
         "parents": [parent for parent, _ in edges],
         "children": [child for _, child in edges],
     }
