@@ -5,6 +5,7 @@ key, never more runs at once than the limit, every job done, each outcome once."
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -27,7 +28,11 @@ def durable_postgres(tmp_path):
         yield server
 
 
-@pytest.mark.parametrize("seed", [7, 9])
+# Seeds run: LIMITS_CHAOS_SEEDS="1,2,3" runs others (the report's runs in a row).
+SEEDS = [int(s) for s in os.environ.get("LIMITS_CHAOS_SEEDS", "7,9").split(",")]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_limits_hold_across_kill_9_and_a_postgresql_restart(durable_postgres, daemon, seed):
     url = durable_postgres.url()
     rng = random.Random(seed)
@@ -60,14 +65,13 @@ def test_limits_hold_across_kill_9_and_a_postgresql_restart(durable_postgres, da
                 spans.kill(conn, pid)
     with psycopg.connect(url, autocommit=True) as conn:
         wait_for(lambda: scalar(conn, done, ids) == len(ids), 120, "every job done")
+        assert not spans.outlived(conn), "slots freed while their holder still ran"
         by_queue, by_key = spans.max_overlap(conn, "queue"), spans.max_overlap(conn, "concurrency_key")
-        # runs a worker's database error ended while their job was still marked claimed: at
-        # most one per worker and restart (left out of the count: spans.max_overlap)
-        assert spans.unbounded(conn) <= 6
         for queue, most in by_queue.items():
-            assert queue_limits[queue] is None or most <= queue_limits[queue], "\n".join(map(str, [queue, most, *spans.at_most(conn, "queue", queue), *conn.execute("SELECT * FROM test_kills"), *conn.execute("SELECT j.id, j.status, j.attempt, j.lease, j.errors, j.snoozes FROM jobs AS j JOIN test_spans AS t ON t.job_id = j.id WHERE t.ended IS NULL")]))
+            assert queue_limits[queue] is None or most <= queue_limits[queue], (
+                queue, most, spans.at_most(conn, "queue", queue), conn.execute("SELECT * FROM test_kills").fetchall())
         for key, most in by_key.items():
             limit = rule_limits["vip"] if key == "vip" else rule_limits["tenant:*"] if key.startswith("tenant:") else None
-            assert limit is None or most <= limit, (key, most, limit)
+            assert limit is None or most <= limit, (key, most, limit, spans.at_most(conn, "concurrency_key", key))
         assert jobq.counts(conn=conn).totals.get("done_total", 0) == len(ids)  # each outcome once
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0, 60, "every slot freed")

@@ -94,6 +94,7 @@ def test_property_no_limit_exceeded_nothing_lost_across_kill_9_of_workers(conn, 
         if alive(pid):
             spans.kill(conn, pid)
     wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 90, "every job done")
+    assert not spans.outlived(conn), "slots freed while their holder still ran"
     by_queue, by_key = spans.max_overlap(conn, "queue"), spans.max_overlap(conn, "concurrency_key")
     assert by_queue["q1"] <= queue_limits["q1"]
     for key, most in by_key.items():

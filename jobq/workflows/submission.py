@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 
 from jobq.errors import InvalidArgument
 from jobq.job import Job
-from jobq.jobs.submit import array_literal
+from jobq.jobs.copy_rows import array_literal
 from jobq.store.connections import Connection, connection
 from jobq.store.sql.workflows import WORKFLOW_GET_BY_KEY, WORKFLOW_INSERT
 from jobq.workflows.runs import WorkflowRun, get_workflow
