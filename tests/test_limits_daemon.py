@@ -104,6 +104,23 @@ def test_property_no_limit_exceeded_nothing_lost_across_kill_9_of_workers(conn, 
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0, 30, "every slot freed")
 
 
+def test_a_workflow_step_obeys_its_keys_limit_like_any_job(conn, daemon):
+    """Four steps released together by one parent, all under key wf:1 (rule wf:* = 1),
+    four workers: they run one at a time; the steps carry the key given to wf.add."""
+    spans.create(conn)
+    jobq.set_limit("wf:*", concurrency=1, conn=conn)
+    wf = jobq.Workflow(name="limited")
+    first = wf.add("span", {"seconds": 0.05}, concurrency_key="wf:1")
+    for _ in range(4):
+        wf.add("span", {"seconds": 0.15}, after=[first], concurrency_key="wf:1")
+    run = wf.enqueue(conn=conn)
+    assert {job.concurrency_key for job in run.jobs.values()} == {"wf:1"}
+    daemon(4)
+    ids = [job.id for job in run.jobs.values()]
+    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 30, "every step done")
+    assert spans.max_overlap(conn, "concurrency_key") == {"wf:1": 1}
+
+
 WINDOW_MOST = (
     "SELECT max((SELECT count(*) FROM jobs AS b WHERE b.id = ANY(%(ids)s) "
     "AND b.claimed_at >= a.claimed_at AND b.claimed_at < a.claimed_at + make_interval(secs => 1))) "
@@ -111,37 +128,45 @@ WINDOW_MOST = (
 )
 
 
-def test_a_rate_limited_queue_starts_at_most_n_in_any_second_across_two_supervisors(conn, daemon):
-    """30/s over 4 s: in every one-second window (sliding, from each claim) at most 30
-    starts, and the whole run at the rate: 120 jobs claimed over about 3 s (the first
-    30 at once), the last well before 5 s."""
-    jobq.set_queue_limits("default", rate="30/s", conn=conn)
-    jobs = jobq.enqueue_many([{"type": "noop"}] * 120, conn=conn)
+# The issue's scale (50/s drained for 20 s) runs under the chaos marker; a smaller one by default.
+@pytest.mark.parametrize("rate, seconds", [(30, 4), pytest.param(50, 20, marks=pytest.mark.chaos)])
+def test_a_rate_limited_queue_starts_at_most_n_in_any_second_across_two_supervisors(conn, daemon, rate, seconds):
+    """N/s drained for S s by two supervisors: in every one-second window (sliding, from
+    each claim) at most N starts, and within 5 % of N x S starts in the S seconds from
+    the first; no attempt and no snooze spent by the jobs held back."""
+    jobq.set_queue_limits("default", rate=f"{rate}/s", conn=conn)
+    jobs = jobq.enqueue_many([{"type": "noop"}] * (rate * (seconds + 1)), conn=conn)
     ids = [j.id for j in jobs]
     for _ in range(2):
         daemon(2, JOBQ_CLAIM_BATCH="50")
-    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), 30, "every job done")
-    assert conn.execute(WINDOW_MOST, {"ids": ids}).fetchone()[0] == 30
-    span = scalar(conn, "SELECT extract(epoch FROM max(claimed_at) - min(claimed_at)) FROM jobs WHERE id = ANY(%s)", ids)
-    assert 3.0 <= span < 3.0 + 1.0  # three more periods after the first burst; never faster
+    wait_for(lambda: scalar(conn, DONE, ids) == len(ids), seconds + 30, "every job done")
+    assert conn.execute(WINDOW_MOST, {"ids": ids}).fetchone()[0] == rate
+    started = scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%(ids)s) AND claimed_at < (SELECT min(claimed_at) "
+                           "FROM jobs WHERE id = ANY(%(ids)s)) + make_interval(secs => %(s)s)", {"ids": ids, "s": seconds})
+    print(f"{rate}/s for {seconds} s: {started} starts ({started / seconds:.1f}/s)")
+    assert abs(started - rate * seconds) <= 0.05 * rate * seconds, started
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND (attempt, snoozes) <> (0, 0)", ids) == 0
 
 
-def test_a_fair_queue_starts_a_late_keys_jobs_before_the_backlog_of_another(conn, daemon):
-    """Key A's backlog of 3,000, then key B's 50 jobs of the same priority, W = 4: every
-    B job claimed before A has had 4 x 50 = 200 more claims (strict priority-then-age
+# The issue's scale (a backlog of 20,000, B's 100, W = 8) under the chaos marker.
+@pytest.mark.parametrize("backlog, late, supervisors", [(3000, 50, 2), pytest.param(20_000, 100, 4, marks=pytest.mark.chaos)])
+def test_a_fair_queue_starts_a_late_keys_jobs_before_the_backlog_of_another(conn, daemon, backlog, late, supervisors):
+    """Key A's backlog, then key B's jobs of the same priority, W = 2 x supervisors: every
+    B job claimed before A has had 4 x as many more claims (strict priority-then-age
     would run all of A first)."""
     jobq.set_queue_limits("default", fair=True, conn=conn)
-    jobq.enqueue_many([{"type": "noop", "concurrency_key": "A"}] * 3000, conn=conn)
-    for _ in range(2):
+    for start in range(0, backlog, 10_000):
+        jobq.enqueue_many([{"type": "noop", "concurrency_key": "A"}] * min(10_000, backlog - start), conn=conn)
+    for _ in range(supervisors):
         daemon(2, JOBQ_CLAIM_BATCH="50")
-    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'done'") >= 300, 30, "A under way")
-    b = [j.id for j in jobq.enqueue_many([{"type": "noop", "concurrency_key": "B"}] * 50, conn=conn)]
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'done'") >= 300, 60, "A under way")
+    b = [j.id for j in jobq.enqueue_many([{"type": "noop", "concurrency_key": "B"}] * late, conn=conn)]
     enqueued = scalar(conn, "SELECT max(created_at) FROM jobs WHERE id = ANY(%s)", b)
-    wait_for(lambda: scalar(conn, DONE, b) == len(b), 30, "B done")
+    wait_for(lambda: scalar(conn, DONE, b) == len(b), 60, "B done")
     last_b = scalar(conn, "SELECT max(claimed_at) FROM jobs WHERE id = ANY(%s)", b)
     a_meanwhile = scalar(
         conn, "SELECT count(*) FROM jobs WHERE concurrency_key = 'A' AND claimed_at > %s AND claimed_at <= %s",
         enqueued, last_b,
     )
+    print(f"A {backlog}, B {late}, W = {2 * supervisors}: A started {a_meanwhile} while B's started")
     assert a_meanwhile <= 4 * len(b), a_meanwhile
