@@ -233,3 +233,6 @@ def test_an_idle_worker_looks_at_held_jobs_less_often_after_each_empty_claim_und
     assert waits == [0.1, 0.2, HELD_RECHECK_MAX, HELD_RECHECK_MAX, HELD_RECHECK_MAX, HELD_RECHECK_MAX]
     gate.claimed(3)
     assert gate.recheck_after(0.05) == 0.05
+    gate.claimed(0)
+    gate.rate_opens_in = 0.02  # a full rate's window opens sooner than the backoff: then
+    assert gate.recheck_after(0.05) == 0.02

@@ -141,8 +141,9 @@ def test_a_rate_limited_queue_starts_at_most_n_in_any_second_across_two_supervis
         daemon(2, JOBQ_CLAIM_BATCH="50")
     wait_for(lambda: scalar(conn, DONE, ids) == len(ids), seconds + 30, "every job done")
     assert conn.execute(WINDOW_MOST, {"ids": ids}).fetchone()[0] == rate
-    started = scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%(ids)s) AND claimed_at < (SELECT min(claimed_at) "
-                           "FROM jobs WHERE id = ANY(%(ids)s)) + make_interval(secs => %(s)s)", {"ids": ids, "s": seconds})
+    started = conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%(ids)s) AND claimed_at < (SELECT min(claimed_at) "
+                           "FROM jobs WHERE id = ANY(%(ids)s)) + make_interval(secs => %(s)s)",
+                           {"ids": ids, "s": seconds}).fetchone()[0]
     print(f"{rate}/s for {seconds} s: {started} starts ({started / seconds:.1f}/s)")
     assert abs(started - rate * seconds) <= 0.05 * rate * seconds, started
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND (attempt, snoozes) <> (0, 0)", ids) == 0

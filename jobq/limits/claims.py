@@ -10,13 +10,19 @@ holder's session is gone), never on a stale timestamp alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jobq.job import Job
 from jobq.jobs.leases import Claim, Deferred, Leased
 from jobq.store.connections import Connection
 from jobq.store.sql.leases import JOB_UNLOCK
-from jobq.store.sql.limits import JOB_CLAIM_LIMITED, LIMIT_SLOTS_LOCK_GONE, LIMIT_SLOTS_RELEASE, LIMIT_STARTS_PRUNE
+from jobq.store.sql.limits import (
+    JOB_CLAIM_LIMITED,
+    LIMIT_RATE_OPENS_IN,
+    LIMIT_SLOTS_LOCK_GONE,
+    LIMIT_SLOTS_RELEASE,
+    LIMIT_STARTS_PRUNE,
+)
 
 # Due jobs a claim under limits reads per queue, at most, looking for ones whose key
 # has a free slot: beyond them it takes nothing this time (and looks again).
@@ -24,19 +30,28 @@ SCAN_PER_CLAIM = 200
 
 
 def claim(
-    conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int
+    conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int,
+    rate_opens_in: Callable[[float | None], None] | None = None,
 ) -> Deferred[list[Claim]]:
     """Claim up to ``limit`` due jobs of ``queues`` that their queue's and their key's
     limits let start now (see :func:`jobq.jobs.leases.claim` for the rest of the
-    contract). Jobs held back stay pending, untouched: no attempt, no snooze."""
+    contract). Jobs held back stay pending, untouched: no attempt, no snooze.
+    ``rate_opens_in``, if given, is told (when the claim is read) the seconds until a
+    full rate of one of the queues lets a job start again (None: none is full)."""
     cur = conn.cursor()
     params = {
         "queues": list(queues), "worker_id": worker_id, "limit": limit,
         "scan": max(SCAN_PER_CLAIM, 4 * limit), "lock_base": lock_base,
     }
     cur.execute(JOB_CLAIM_LIMITED, params)
+    rates = conn.cursor() if rate_opens_in is not None else None
+    if rates is not None:
+        rates.execute(LIMIT_RATE_OPENS_IN, {"queues": list(queues)})
 
     def read() -> list[Claim]:
+        if rates is not None and rate_opens_in is not None:
+            row = rates.fetchone()
+            rate_opens_in(row[0] if row else None)
         claimed = []
         for row in cur.fetchall():
             job = Job(*row[:-2])

@@ -7,6 +7,7 @@ limit applies, within a second, it claims with :func:`jobq.limits.claims.claim`.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +30,7 @@ class Gate:
         self.limited = False
         self.checked = float("-inf")
         self.empty_claims = 0  # claims under limits in a row that took nothing
+        self.rate_opens_in: float | None = None  # seconds, as the last claim under limits left it
 
     def claimed(self, n: int) -> None:
         """What the last claim took (counted only under limits)."""
@@ -38,8 +40,13 @@ class Gate:
         """How soon an idle worker whose due jobs were all held back looks again: ``seconds``
         after a claim that took something, doubling with each claim in a row that took
         nothing, up to HELD_RECHECK_MAX (idle workers polling a full key or queue would
-        take the database's time from the workers that run its jobs)."""
-        return min(seconds * 2 ** min(self.empty_claims, 8), max(seconds, HELD_RECHECK_MAX))
+        take the database's time from the workers that run its jobs); sooner when a
+        queue's full rate lets a job start again (a 50/s queue starts its next 50 when
+        its window opens, not up to 0.4 s after)."""
+        wait = min(seconds * 2 ** min(self.empty_claims, 8), max(seconds, HELD_RECHECK_MAX))
+        if self.limited and self.rate_opens_in is not None:
+            wait = min(wait, max(self.rate_opens_in, 0.0))  # a full rate's window opens then
+        return wait
 
     def due(self) -> bool:
         """Whether the cached answer is older than ``every``."""
@@ -57,4 +64,7 @@ class Gate:
         limits; asked again through ``session`` (its ``run(fn)``) when the answer is due."""
         if self.due():
             session.run(lambda conn, _: self.check(conn, queues))
-        return limited.claim if self.limited else leases.claim
+        return functools.partial(limited.claim, rate_opens_in=self._rate_opens) if self.limited else leases.claim
+
+    def _rate_opens(self, seconds: float | None) -> None:
+        self.rate_opens_in = seconds

@@ -29,6 +29,19 @@ JOB_CLAIM_LIMITED = (
     "FROM jobq_claim_limited(%(queues)b::text[], %(worker_id)s, %(limit)s, %(scan)s, %(lock_base)s) AS c"
 )
 
+# LIMIT_RATE_OPENS_IN: seconds until the rate of one of some queues lets one more job
+# start: its N-th latest start leaves the window (a backward range of jobq_limit_starts_idx
+# per rate-limited queue, primary key probes of jobq_queues); NULL when none is full.
+# Sent after a claim under limits (jobq.limits.claims), so that an idle worker whose due
+# jobs wait for a rate looks again when the window opens, not on a doubling backoff.
+LIMIT_RATE_OPENS_IN = (
+    "SELECT extract(epoch FROM min(o.at) - clock_timestamp())::float8 FROM jobq_queues AS q, LATERAL ("
+    "SELECT s.at + make_interval(secs => q.rate_seconds) AS at FROM jobq_limit_starts AS s "
+    "WHERE s.scope = 'queue ' || q.name AND s.at > clock_timestamp() - make_interval(secs => q.rate_seconds) "
+    "ORDER BY s.at DESC OFFSET q.rate_count - 1 LIMIT 1) AS o "
+    "WHERE q.name = ANY(%(queues)b::text[]) AND q.rate_count IS NOT NULL"
+)
+
 # LIMIT_SLOTS_RELEASE: the slots of some claims (job_id, lease of the claim: primary key
 # of jobq_limit_slots), sent in the transaction of their outcome (jobq_limit_release).
 LIMIT_SLOTS_RELEASE = "SELECT jobq_limit_release(%(ids)b::bigint[], %(leases)b::bigint[])"
