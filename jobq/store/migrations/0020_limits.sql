@@ -16,9 +16,10 @@
 -- 0x6a71, the hash of the scope), taken before the count is read, so that each count
 -- is read by a statement that started after the previous claim committed.
 --
--- Rates: every start under a rate limit is a row of jobq_limit_starts (scope, at);
--- a claim may start a job only while fewer than N starts of its scope lie in the
--- last period (a sliding log: exact "at most N starts in any window of one period").
+-- Rates: the starts of one claim under a rate limit are a row of jobq_limit_starts
+-- (scope, at, n: that many started at that instant); a claim may start a job only while
+-- fewer than N starts of its scope lie in the last period (a sliding log: exact "at most
+-- N starts in any window of one period"), summed over a row per claim, not per job.
 
 ALTER TABLE jobs ADD COLUMN concurrency_key text;
 
@@ -61,7 +62,8 @@ CREATE INDEX jobq_limit_slots_key_idx ON jobq_limit_slots (concurrency_key) WHER
 
 CREATE TABLE jobq_limit_starts (
     scope text        NOT NULL,
-    at    timestamptz NOT NULL
+    at    timestamptz NOT NULL,
+    n     integer     NOT NULL CONSTRAINT jobq_limit_starts_n_check CHECK (n > 0)
 );
 CREATE INDEX jobq_limit_starts_idx ON jobq_limit_starts (scope, at);
 
@@ -78,7 +80,7 @@ $$;
 -- holds the scope's lock, and records each start it makes (clock_timestamp(), so that
 -- the starts of claims serialised by that lock are in order).
 CREATE FUNCTION jobq_limit_rate_left(scope text, n integer, period integer) RETURNS integer LANGUAGE sql VOLATILE AS $$
-    SELECT n - count(*)::integer FROM jobq_limit_starts AS s
+    SELECT jobq_limit_rate_left.n - coalesce(sum(s.n), 0)::integer FROM jobq_limit_starts AS s
     WHERE s.scope = jobq_limit_rate_left.scope AND s.at > clock_timestamp() - make_interval(secs => period)
 $$;
 
@@ -153,6 +155,8 @@ DECLARE
     rule_period integer[];
     key_left integer[];
     full_keys text[] := '{}';
+    try_keys text[];
+    locked integer;
     slot_keys text[];
     rate_keys text[];
     chosen bigint[];
@@ -211,8 +215,24 @@ BEGIN
                   JOIN jobq_limits AS l ON l.pattern = d.k OR (right(l.pattern, 1) = '*' AND starts_with(d.k, left(l.pattern, -1)))
                   ORDER BY d.k, l.pattern = d.k DESC, length(l.pattern) DESC) AS r;
             rule_keys := coalesce(rule_keys, '{}');
-            full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys) AS u(k)
-                WHERE NOT pg_try_advisory_xact_lock(x'6a71'::integer, hashtext('key ' || u.k)));
+            -- Only as many keys' locks as this claim can use are tried, those whose slots
+            -- look free (read before the locks: a guess, checked after them), in an order
+            -- of this worker's own: concurrent claims over the same candidates then lock
+            -- mostly different keys, where each locking all of them left the others none.
+            -- A key not tried is left alone this time, as a key whose lock is taken.
+            try_keys := ARRAY(SELECT u.k FROM unnest(rule_keys, rule_conc) AS u(k, conc)
+                LEFT JOIN (SELECT s.concurrency_key AS k, count(*) AS n FROM jobq_limit_slots AS s
+                           WHERE s.concurrency_key = ANY(rule_keys) GROUP BY s.concurrency_key) AS used ON used.k = u.k
+                WHERE u.conc IS NULL OR coalesce(used.n, 0) < u.conc ORDER BY hashtext(u.k || worker));
+            full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys) AS u(k) WHERE u.k <> ALL(try_keys));
+            locked := 0;
+            FOREACH k IN ARRAY try_keys LOOP
+                IF locked >= queue_free OR NOT pg_try_advisory_xact_lock(x'6a71'::integer, hashtext('key ' || k)) THEN
+                    full_keys := full_keys || k;
+                ELSE
+                    locked := locked + 1;
+                END IF;
+            END LOOP;
             SELECT array_agg(CASE WHEN u.k = ANY(full_keys) THEN 0 ELSE least(
                        u.conc - coalesce(used.n, 0)::integer,
                        CASE WHEN u.rate IS NOT NULL THEN jobq_limit_rate_left('key ' || u.k, u.rate, u.period) END)
@@ -244,10 +264,11 @@ BEGIN
             slot_keys := ARRAY(SELECT u.k FROM unnest(rule_keys, rule_conc) AS u(k, c) WHERE c IS NOT NULL);
             rate_keys := ARRAY(SELECT u.k FROM unnest(rule_keys, rule_rate) AS u(k, r) WHERE r IS NOT NULL);
             stamp := clock_timestamp();  -- a start is the claim: its claimed_at is when its starts are recorded
-            INSERT INTO jobq_limit_starts (scope, at)
-                SELECT 'key ' || j.concurrency_key, stamp FROM jobs AS j
-                WHERE j.id = ANY(lockable) AND j.concurrency_key = ANY(rate_keys)
-                UNION ALL SELECT 'queue ' || q, stamp FROM unnest(lockable) WHERE qrow.rate_count IS NOT NULL;
+            INSERT INTO jobq_limit_starts (scope, at, n)
+                SELECT 'key ' || j.concurrency_key, stamp, count(*) FROM jobs AS j
+                WHERE j.id = ANY(lockable) AND j.concurrency_key = ANY(rate_keys) GROUP BY j.concurrency_key
+                UNION ALL SELECT 'queue ' || q, stamp, cardinality(lockable)
+                WHERE qrow.rate_count IS NOT NULL AND cardinality(lockable) > 0;
             RETURN QUERY
                 WITH claimed AS (
                     UPDATE jobs AS j SET status = 'claimed', claimed_at = stamp, heartbeat_at = now(),

@@ -30,15 +30,17 @@ JOB_CLAIM_LIMITED = (
 )
 
 # LIMIT_RATE_OPENS_IN: seconds until the rate of one of some queues lets one more job
-# start: its N-th latest start leaves the window (a backward range of jobq_limit_starts_idx
-# per rate-limited queue, primary key probes of jobq_queues); NULL when none is full.
-# Sent after a claim under limits (jobq.limits.claims), so that an idle worker whose due
-# jobs wait for a rate looks again when the window opens, not on a doubling backoff.
+# start: the claim that made its starts in the window reach N leaves the window (a
+# backward range of jobq_limit_starts_idx per rate-limited queue, its starts summed
+# latest first; primary key probes of jobq_queues); NULL when none is full. Sent after
+# a claim under limits (jobq.limits.claims), so that an idle worker whose due jobs wait
+# for a rate looks again when the window opens, not on a doubling backoff.
 LIMIT_RATE_OPENS_IN = (
     "SELECT extract(epoch FROM min(o.at) - clock_timestamp())::float8 FROM jobq_queues AS q, LATERAL ("
-    "SELECT s.at + make_interval(secs => q.rate_seconds) AS at FROM jobq_limit_starts AS s "
-    "WHERE s.scope = 'queue ' || q.name AND s.at > clock_timestamp() - make_interval(secs => q.rate_seconds) "
-    "ORDER BY s.at DESC OFFSET q.rate_count - 1 LIMIT 1) AS o "
+    "SELECT w.at + make_interval(secs => q.rate_seconds) AS at FROM (SELECT s.at, sum(s.n) OVER (ORDER BY s.at DESC) "
+    "AS latest FROM jobq_limit_starts AS s WHERE s.scope = 'queue ' || q.name "
+    "AND s.at > clock_timestamp() - make_interval(secs => q.rate_seconds)) AS w "
+    "WHERE w.latest >= q.rate_count ORDER BY w.at DESC LIMIT 1) AS o "
     "WHERE q.name = ANY(%(queues)b::text[]) AND q.rate_count IS NOT NULL"
 )
 
