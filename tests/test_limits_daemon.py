@@ -104,6 +104,27 @@ def test_property_no_limit_exceeded_nothing_lost_across_kill_9_of_workers(conn, 
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0, 30, "every slot freed")
 
 
+def test_a_cancelled_running_job_keeps_its_slot_until_its_run_ends(conn, daemon):
+    """Queue at concurrency 1: A is cancelled 0.2 s into its run and its handler cleans up
+    for 1 s more (within JOBQ_CANCEL_GRACE); B, waiting, starts only after A's run has
+    ended (the slot goes with the run, not with the cancel's commit)."""
+    spans.create(conn)
+    jobq.set_queue_limits("default", concurrency=1, conn=conn)
+    a = jobq.enqueue("span", {"seconds": 30, "linger": 1.0}, conn=conn)
+    b = jobq.enqueue("span", {"seconds": 0.05}, conn=conn)
+    daemon(2)
+    wait_for(lambda: scalar(conn, "SELECT count(*) FROM test_spans WHERE job_id = %s", a.id) == 1, 30, "A running")
+    time.sleep(0.2)
+    jobq.cancel(a.id, conn=conn)
+    wait_for(lambda: scalar(conn, DONE, [b.id]) == 1, 30, "B done")
+    assert jobq.get(a.id, conn=conn).status == "cancelled"
+    a_ran, b_waited = conn.execute(
+        "SELECT extract(epoch FROM a.ended - a.started), b.started >= a.ended FROM test_spans AS a, test_spans AS b "
+        "WHERE a.job_id = %s AND b.job_id = %s", (a.id, b.id)).fetchone()
+    assert a_ran >= 1.2 and b_waited, (a_ran, b_waited)
+    assert not spans.outlived(conn)
+
+
 def test_a_workflow_step_obeys_its_keys_limit_like_any_job(conn, daemon):
     """Four steps released together by one parent, all under key wf:1 (rule wf:* = 1),
     four workers: they run one at a time; the steps carry the key given to wf.add."""

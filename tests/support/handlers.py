@@ -288,7 +288,8 @@ SPANS_CREATE = (
 @jobq.register("span")
 def span(job: jobq.Job) -> dict:
     """Records its run in test_spans: a row when it starts (after its claim committed) and
-    its end after sleeping payload.seconds (before its outcome is written), both on the
+    its end after sleeping payload.seconds, or payload.linger more once cancelled (before
+    its outcome is written), both on the
     database's clock, so that a test can count overlapping runs per queue and key."""
     global _conn
     if _conn is None or _conn.closed or _conn.broken:
@@ -297,6 +298,12 @@ def span(job: jobq.Job) -> dict:
         "INSERT INTO test_spans (job_id, lease, queue, concurrency_key, attempt, pid) VALUES (%s, %s, %s, %s, %s, %s)",
         (job.id, job.lease, job.queue, job.concurrency_key, job.attempt, os.getpid()),
     )
-    time.sleep(job.payload.get("seconds", 0))
-    _conn.execute("UPDATE test_spans SET ended = clock_timestamp() WHERE job_id = %s AND lease = %s", (job.id, job.lease))
+    try:
+        time.sleep(job.payload.get("seconds", 0))
+    except jobq.Cancelled:  # a cleanup of payload.linger seconds (within JOBQ_CANCEL_GRACE)
+        time.sleep(job.payload.get("linger", 0))
+        raise
+    finally:  # a run stopped by jobq.Cancelled ends here too
+        _conn.execute("UPDATE test_spans SET ended = clock_timestamp() WHERE job_id = %s AND lease = %s",
+                      (job.id, job.lease))
     return {}
