@@ -158,16 +158,10 @@ JOB_COUNT_INFLIGHT_OF_WORKER = (
 # (jobs_inflight_heartbeat_idx), oldest first, but for those of the workers spared
 # (alive, known to the reaping supervisor), of which only those whose advisory lock
 # this session can take: a job whose worker session is still connected is never
-# handed on, however late its heartbeat. None until the server has been up for the
-# threshold: a restart ended every session and freed every lock, and no heartbeat could
-# be written while it was down, so a live worker of another supervisor (this one spares
-# only its own) gets a whole threshold to reconnect and re-lock its jobs before they are
-# taken; else it could start a job of its claimed batch that a reaper had just given
-# back (seen by the limits property test: a run starting after its slot was freed).
+# handed on, however late its heartbeat.
 JOB_LOCK_STALE = (
     "WITH stale AS MATERIALIZED (SELECT id, lease, status, attempt, queue, type FROM jobs "
     "WHERE status IN ('claimed', 'running') AND heartbeat_at < now() - make_interval(secs => %(stale_seconds)s) "
-    "AND pg_postmaster_start_time() < now() - make_interval(secs => %(stale_seconds)s) "
     "AND coalesce(worker_id, '') <> ALL(%(spared)s::text[]) "
     "ORDER BY heartbeat_at LIMIT %(limit)s) "
     "SELECT id, lease, status, attempt, queue, type FROM stale WHERE pg_try_advisory_lock(%(lock_base)s | id)"
