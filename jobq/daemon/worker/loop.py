@@ -313,6 +313,7 @@ class WorkerLoop:
         if withdrawn:
             log.info("worker.withdrawn worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in withdrawn))
             self.session.give_back(withdrawn)
+        self.session.check_if_suspect()  # a dead session's locks are gone: re-lock before a start
         return self.in_flight.start_next(self.timeout_of)
 
     def timeout_of(self, claim: Claim) -> float:

@@ -13,6 +13,7 @@ it goes through or the worker stops.
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -132,6 +133,21 @@ class ClaimSession:
                     log.warning("worker.connection_lost worker=%s error=%s", self.worker_id, connections.first_line(exc))
                     self.conn.close()
                     retried = True
+
+    def check_if_suspect(self) -> None:
+        """Before a claimed job starts: when the idle connection has something to read
+        (the server ended the session, or restarted: its advisory locks are gone), go
+        through it now, so that the reconnect re-locks the batch and a job another
+        supervisor's reaper gave back meanwhile is not started. A poll of the socket,
+        a round trip only then."""
+        with self.lock:
+            conn = self.conn
+            try:
+                readable = conn is None or conn.closed or bool(select.select([conn.fileno()], [], [], 0)[0])
+            except (OSError, ValueError):
+                readable = True
+            if readable:
+                self.run(lambda c, _: c.execute("SELECT 1"))
 
     def dead_for(self) -> float:
         """Seconds since the last call that went through was sent (no later than the
