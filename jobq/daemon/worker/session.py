@@ -138,16 +138,17 @@ class ClaimSession:
         """Before a claimed job starts: when the idle connection has something to read
         (the server ended the session, or restarted: its advisory locks are gone), go
         through it now, so that the reconnect re-locks the batch and a job another
-        supervisor's reaper gave back meanwhile is not started. A poll of the socket,
-        a round trip only then."""
-        with self.lock:
-            conn = self.conn
-            try:
-                readable = conn is None or conn.closed or bool(select.select([conn.fileno()], [], [], 0)[0])
-            except (OSError, ValueError):
-                readable = True
-            if readable:
-                self.run(lambda c, _: c.execute("SELECT 1"))
+        supervisor's reaper gave back meanwhile is not started. A poll of the socket
+        without the session lock (the heartbeat thread may be writing outcomes: a job's
+        start never waits for that), a round trip only when it says so (or when the
+        heartbeat's own answer was on its way: a harmless extra round trip)."""
+        conn = self.conn
+        try:
+            readable = conn is None or conn.closed or bool(select.select([conn.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):  # closed by the other thread meanwhile
+            readable = True
+        if readable:
+            self.run(lambda c, _: c.execute("SELECT 1"))
 
     def dead_for(self) -> float:
         """Seconds since the last call that went through was sent (no later than the
