@@ -63,6 +63,7 @@ from jobq.workflows import (
     step,
     wait,
 )
+from jobq.limits import clear_limit, list_limits, queue_limits, set_limit, set_queue_limits
 
 __version__ = "0.1.0"
 
@@ -98,6 +99,7 @@ __all__ = [
     "cancel_requested",
     "cancel_workflow",
     "chain",
+    "clear_limit",
     "delete",
     "counts",
     "discard_dead",
@@ -109,15 +111,19 @@ __all__ = [
     "group",
     "list_dead",
     "list_jobs",
+    "list_limits",
     "list_workflows",
     "periodic",
     "progress",
+    "queue_limits",
     "register",
     "replay",
     "result",
     "retry",
     "retry_workflow",
     "run_now",
+    "set_limit",
+    "set_queue_limits",
     "spawn",
     "step",
     "wait",

@@ -97,6 +97,7 @@ class Job(_Row):
     # A cancelled job whose handler had finished before the cancel committed (its result,
     # in ``result``, was still in its worker's buffer): when the handler finished.
     handler_finished_at: datetime | None = None
+    concurrency_key: str | None = None  # the key its limits count it under (jobq.limits)
 
 
 @dataclasses.dataclass(slots=True)

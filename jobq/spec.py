@@ -23,12 +23,15 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter, ValidationError, field_validator
+from pydantic import ValidationInfo
 
 from jobq.errors import InvalidArgument
 
 MAX_TYPE_LENGTH = 200
 MAX_QUEUE_LENGTH = 100
 MAX_IDEMPOTENCY_KEY_LENGTH = 255
+MAX_CONCURRENCY_KEY_LENGTH = 255
+MAX_DEBOUNCE = 7 * 86_400  # seconds: a debounce (or its max wait) of at most a week
 MAX_PAYLOAD_DEPTH = 64
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 100
@@ -76,12 +79,22 @@ class JobSpec(BaseModel):
     run_at: datetime | None = Field(None, description="ISO-8601; without an offset it means UTC. Omit for now.")
     queue: Annotated[Name, Field(max_length=MAX_QUEUE_LENGTH)] = DEFAULT_QUEUE
     idempotency_key: Annotated[Name, Field(max_length=MAX_IDEMPOTENCY_KEY_LENGTH)] | None = None
+    debounce: Annotated[float, Field(strict=True, gt=0, le=MAX_DEBOUNCE)] | None = Field(None, description=(
+        "Seconds: while the job holding this idempotency_key is pending, an enqueue replaces its payload and moves "
+        "its run_at to this long from now (200 with it). Implies unique_while `pending`; takes no run_at."))
+    debounce_max_wait: Annotated[float, Field(strict=True, gt=0, le=MAX_DEBOUNCE)] | None = Field(
+        None, description="Seconds: a debounced job's run_at never moves past this long after its first enqueue.")
     unique_while: Literal["pending", "active", "always"] | None = Field(
         None,
         description="How long the idempotency_key keeps another job with the same key out: `always` (the "
         "default: while this job's row exists), `active` (while it is pending, claimed or running) or "
         "`pending` (while it waits to run). Keys share one namespace, whatever their scope. Needs an "
         "idempotency_key.",
+    )
+    concurrency_key: Annotated[Name, Field(max_length=MAX_CONCURRENCY_KEY_LENGTH)] | None = Field(
+        None,
+        description="The key its limits count it under (`tenant:42`): rules on key patterns "
+        "(`PUT /limits/tenant:*`) limit how many jobs of each key run at once, and how often they start.",
     )
     tags: list[Tag] | None = Field(
         None,
@@ -103,11 +116,24 @@ class JobSpec(BaseModel):
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
-    @field_validator("type", "queue", "idempotency_key")
+    @field_validator("type", "queue", "idempotency_key", "concurrency_key")
     @classmethod
     def _text_storable(cls, value: str | None) -> str | None:
         if value is not None:
             check_text(value)
+        return value
+
+    @field_validator("debounce", "debounce_max_wait", "unique_while")
+    @classmethod
+    def _debounced(cls, value: object, info: ValidationInfo) -> object:
+        debounced = info.data.get("debounce") is not None
+        if value is None or (info.field_name == "unique_while" and (not debounced or value == "pending")):
+            return value
+        if info.field_name == "debounce" and info.data.get("run_at") is not None:
+            raise ValueError("takes no run_at: a debounced job runs `debounce` seconds after its latest enqueue")
+        if info.field_name != "debounce" and not (info.field_name == "debounce_max_wait" and debounced):
+            raise ValueError("needs a debounce" if info.field_name == "debounce_max_wait"
+                             else "a debounced job's key is held while it is pending: unique_while must be 'pending'")
         return value
 
     @field_validator("tags")
@@ -146,20 +172,25 @@ class JobSpec(BaseModel):
     def key_scope(self) -> str:
         """The scope its row stores: ``unique_while``, or the default. Raises
         :class:`InvalidArgument` for a scope given without a key (checked here, not when
-        the model is validated: the API may take the key from a header)."""
+        the model is validated: the API may take the key from a header). A debounced job's
+        is ``"pending"``, and needs a key."""
+        if self.debounce is not None:
+            if self.idempotency_key is None:
+                raise InvalidArgument("debounce", "needs an idempotency_key")
+            return "pending"
         return key_scope(self.unique_while, self.idempotency_key)
 
     def row(self) -> Row:
         """The job as the inserts take it (see :data:`Row`)."""
         return (self.type, self.queue, self.payload, self.priority, self.max_retries, self.run_at,  # type: ignore[return-value]
-                self.idempotency_key, self.tags, self.unique_while)
+                self.idempotency_key, self.tags, self.unique_while, self.concurrency_key)
 
 
 # A validated job as jobq.jobs.submit inserts it: (type, queue, payload, priority, max_retries,
-# run_at, idempotency_key, tags, unique_while), payload a JsonObject, run_at in UTC or
+# run_at, idempotency_key, tags, unique_while, concurrency_key), payload a JsonObject, run_at in UTC or
 # None (now), tags a list or None, unique_while as given (None: the default). A plain
 # tuple: a batch of 1,000 is built and read in a few hundred microseconds.
-Row = tuple[str, str, "JsonObject", int, int, datetime | None, str | None, list[str] | None, str | None]
+Row = tuple[str, str, "JsonObject", int, int, datetime | None, str | None, list[str] | None, str | None, str | None]
 
 
 def key_scope(unique_while: str | None, idempotency_key: str | None) -> str:
@@ -268,7 +299,7 @@ def parse_rows(values: Iterable[Any], *, name: str = "jobs") -> list[Row]:
     return rows  # type: ignore[return-value]
 
 
-_FIELDS = frozenset(JobSpec.model_fields)
+_PLAIN_FIELDS = frozenset(JobSpec.model_fields) - {"debounce", "debounce_max_wait"}  # those JobSpec checks
 _SCOPES = frozenset(get_args(get_args(JobSpec.model_fields["unique_while"].annotation)[0]))
 _EMPTY_PAYLOAD = "{}"
 
@@ -277,7 +308,7 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
     """``values`` as a row if it is a plain job that JobSpec would take unchanged (but
     for the defaults, payload's JSON text and run_at in UTC); None to leave the
     decision to JobSpec. Never raises."""
-    if type(values) is not dict or not values.keys() <= _FIELDS:
+    if type(values) is not dict or not values.keys() <= _PLAIN_FIELDS:
         return None
     get = values.get
     type_, queue = get("type"), get("queue", DEFAULT_QUEUE)
@@ -291,6 +322,9 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
         return None
     key, scope, tags, run_at = get("idempotency_key"), get("unique_while"), get("tags"), get("run_at")
     if key is not None and not _plain_text(key, MAX_IDEMPOTENCY_KEY_LENGTH, checked):
+        return None
+    concurrency_key = get("concurrency_key")
+    if concurrency_key is not None and not _plain_text(concurrency_key, MAX_CONCURRENCY_KEY_LENGTH, checked):
         return None
     if scope is not None and (type(scope) is not str or scope not in _SCOPES):
         return None
@@ -316,7 +350,7 @@ def _plain_row(values: Any, checked: set[str]) -> Row | None:
             return None
     except Exception:  # not storable, or out of range: JobSpec says why
         return None
-    return (type_, queue, payload, priority, max_retries, run_at, key, tags, scope)
+    return (type_, queue, payload, priority, max_retries, run_at, key, tags, scope, concurrency_key)
 
 
 def _plain_text(value: Any, max_length: int, checked: set[str]) -> bool:

@@ -21,7 +21,7 @@ SEED_FIELDS = {
 JOB_FIELDS = SEED_FIELDS | {
     "queue", "started_at", "errors", "idempotency_key", "tags", "progress", "cancelled_by", "retried_as",
     "schedule", "scheduled_for", "snoozes", "unique_while", "workflow_id", "parent_results", "parent_failures",
-    "handler_finished_at",
+    "handler_finished_at", "concurrency_key",
 }
 SEED_METRICS = {
     "queue_depth", "active_workers", "jobs_per_second", "error_rate", "avg_execution_seconds", "total_jobs",

@@ -58,7 +58,7 @@ def test_every_route_is_documented_with_its_errors(client):
     paths = client.get("/openapi.json").get_json()["paths"]
     assert set(paths) == {
         "/jobs", "/jobs/batch", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/dead-letter", "/dead-letter/{dead_letter_id}",
-        "/dead-letter/{dead_letter_id}/replay", "/dead-letter/groups", "/queues", "/queues/{name}/pause",
+        "/dead-letter/{dead_letter_id}/replay", "/dead-letter/groups", "/queues", "/queues/{name}", "/queues/{name}/pause", "/limits", "/limits/{pattern}",
         "/queues/{name}/resume", "/metrics", "/metrics/prometheus", "/health", "/ready",
         "/schedules", "/schedules/{name}", "/schedules/{name}/pause", "/schedules/{name}/resume", "/schedules/{name}/run",
         "/jobs/{job_id}/retry", "/jobs/{job_id}/run-now", "/jobs/bulk", "/operations/{operation_id}",

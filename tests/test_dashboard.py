@@ -24,7 +24,7 @@ from web.dashboard import charts
 
 pytestmark = [pytest.mark.dashboard, pytest.mark.db]
 
-PAGES = ("/dashboard", "/dashboard/jobs", "/dashboard/queues", "/dashboard/workers", "/dashboard/schedules",
+PAGES = ("/dashboard", "/dashboard/jobs", "/dashboard/queues", "/dashboard/limits", "/dashboard/workers", "/dashboard/schedules",
          "/dashboard/dead-letter")
 
 

@@ -20,6 +20,7 @@ from web.docs import docs
 from web.health import health
 from web.job_actions import job_actions
 from web.jobs import jobs
+from web.limits import limits
 from web.metrics import metrics
 from web.operations import bulk, operations
 from web.queues import queues
@@ -59,7 +60,7 @@ def create_app(settings: Settings | None = None) -> OpenAPI:
         app.before_request(auth.bearer_guard(
             settings.api_token, OPEN_ENDPOINTS | dashboard.OPEN_ENDPOINTS, own_guard=dashboard.BLUEPRINTS
         ))
-    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, schedules, audit, metrics, stats, health,
+    for blueprint in (jobs, job_actions, bulk, operations, dead_letter, queues, limits, schedules, audit, metrics, stats, health,
                       workflows, workflow_actions):
         app.register_api(blueprint)
     app.register_blueprint(docs)

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from jobq.limits import list_limits, queue_limits
 from jobq.observe.metrics import Metrics, Quantiles, snapshot
 from web.context import api
 from web.blueprints import resource
@@ -122,6 +123,24 @@ def _summary(name: str, documentation: str, m: Metrics) -> Metric:
     return family
 
 
+class LimitsCollector(Collector):
+    """Flow control at each scrape, labelled by rule (``queue <name>``, ``key <pattern>``):
+    ``taskqueue_limit_in_use`` (slots taken) and ``taskqueue_limit_held_jobs`` (due jobs
+    waiting while every slot of their queue or key is taken)."""
+
+    def collect(self) -> Iterator[Metric]:
+        with api().database.connection() as conn:
+            rules, queues = list_limits(conn=conn), queue_limits(conn=conn)
+        in_use = GaugeMetricFamily("taskqueue_limit_in_use", "Slots of the limit taken now", labels=["rule"])
+        held = GaugeMetricFamily("taskqueue_limit_held_jobs", "Due jobs held back by the limit", labels=["rule"])
+        for label, limit in [(f"queue {q.queue}", q) for q in queues] + [(f"key {r.pattern}", r) for r in rules]:
+            in_use.add_metric([label], limit.in_use)
+            held.add_metric([label], limit.held)
+        yield in_use
+        yield held
+
+
 # Registered without describing (which would collect): nothing is read until a scrape.
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(DatabaseCollector(read))
+REGISTRY.register(LimitsCollector())

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from jobq.cli.limits import limits_table
 from jobq.job import STATUSES
 from jobq.observe.inspection import Snapshot
 
@@ -19,6 +20,7 @@ def render(snap: Snapshot) -> Group:
         _failures(snap),
         _dead(snap),
         _locks(snap),
+        *([limits_table(snap.limits, snap.queue_limits)] if snap.limits or snap.queue_limits else []),
     )
 
 

@@ -19,6 +19,7 @@ from jobq.cli import actions
 from jobq.cli.common import console, database, fail, load_settings, wait_for
 from jobq.cli.dead import dead
 from jobq.cli.jobs import enqueue, show
+from jobq.cli.limits import limits, queue_limit
 from jobq.cli.queues import queues
 from jobq.cli.schedules import schedules
 from jobq.cli.workflows import workflows
@@ -145,6 +146,8 @@ def dev(reset: bool, port: int | None, data_dir: Path, procfile: Path) -> None:
 main.add_command(enqueue)
 main.add_command(show)
 main.add_command(queues)
+queues.add_command(queue_limit)
+main.add_command(limits)
 main.add_command(dead)
 main.add_command(schedules)
 main.add_command(workflows)

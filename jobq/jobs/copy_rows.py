@@ -38,20 +38,28 @@ _ARRAY_HEADER = struct.Struct(">iiiiii")  # byte length; 1 dimension, no NULLs, 
 
 
 def job_rows(
-    rows: Sequence[Row], ids: Sequence[int], now: datetime, *, tags: bool, encoding: str = "utf-8", chunk: int = 250
+    rows: Sequence[Row],
+    ids: Sequence[int],
+    now: datetime,
+    *,
+    tags: bool,
+    keys: bool = False,
+    encoding: str = "utf-8",
+    chunk: int = 250,
 ) -> Iterator[bytes]:
     """The COPY stream of ``rows`` with their ``ids``, in pieces of ``chunk`` rows (so
     that the server can take in one while the next is made): columns (id, type, queue,
-    payload, priority, max_retries, run_at, created_at) and, with ``tags``, tags; run_at
+    payload, priority, max_retries, run_at, created_at) and, with ``tags``, tags, and with
+    ``keys`` (needs ``tags``), concurrency_key; run_at
     None is ``now``, created_at is ``now``. Rows must have been validated (jobq.spec)."""
-    fields = 9 if tags else 8
+    fields = 8 + tags + keys
     heads: dict[tuple[str, str], bytes] = {}  # type and queue
     payloads: dict[str, bytes] = {}
     tails: dict[tuple[int, int, datetime | None], bytes] = {}  # priority to created_at
     created = _microseconds(now)
     parts = [SIGNATURE]
     append = parts.append
-    for index, (job_id, (type_, queue, payload, priority, max_retries, run_at, _, job_tags, _)) in enumerate(
+    for index, (job_id, (type_, queue, payload, priority, max_retries, run_at, _, job_tags, _, key)) in enumerate(
         zip(ids, rows, strict=True)
     ):
         if index and not index % chunk:
@@ -75,6 +83,8 @@ def job_rows(
         append(tail)
         if tags:
             append(NULL if job_tags is None else _text_array(job_tags, encoding))
+        if keys:
+            append(NULL if key is None else _text(key, encoding))
     append(TRAILER)
     yield b"".join(parts)
 
@@ -92,3 +102,10 @@ def _text(value: str, encoding: str) -> bytes:
 def _text_array(values: list[str], encoding: str) -> bytes:
     elements = b"".join(_text(value, encoding) for value in values)
     return _ARRAY_HEADER.pack(20 + len(elements), 1, 0, TEXT_OID, len(values), 1) + elements
+
+
+def array_literal(texts: list[str]) -> str:
+    """``texts`` as a PostgreSQL array literal (``{"a","b\\"c"}``): every element quoted,
+    its backslashes and double quotes escaped (the tags of an array INSERT's rows, one
+    literal per job: jobq.jobs.submit)."""
+    return "{" + ",".join('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts) + "}"

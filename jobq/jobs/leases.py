@@ -111,12 +111,15 @@ class Leased(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A job this worker claimed, under the lease of that claim, and whether its
-    session holds the job's advisory lock (false: another session does; never run it)."""
+    """A job this worker claimed, under the lease of that claim, whether its session
+    holds the job's advisory lock (false: another session does; never run it), and
+    whether it holds a slot of a concurrency limit (:mod:`jobq.limits.claims`: freed
+    with its outcome)."""
 
     job: Job
     lease: int
     locked: bool
+    slotted: bool = False
 
     @property
     def job_id(self) -> int:

@@ -24,6 +24,7 @@ from psycopg.rows import class_row
 from jobq.store.sql.counters import COUNTER_GET_PENDING
 from jobq.store.sql.enqueue import (
     JOB_COPY,
+    JOB_COPY_WITH_KEYS,
     JOB_COPY_WITH_TAGS,
     JOB_GET_BY_IDS,
     JOB_GET_KEY_HOLDERS,
@@ -34,6 +35,8 @@ from jobq.store.sql.enqueue import (
     JOB_RESERVE_IDS,
 )
 from jobq.jobs.copy_rows import job_rows
+from jobq.jobs.params import array_params, row_params
+from jobq.jobs.debounce import insert_debounced
 from jobq.store.connections import Connection, connection, first_line
 from jobq.observe import tracing
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
@@ -48,11 +51,12 @@ from jobq.spec import (
     key_scope,
     parse_rows,
     parse_spec,
+    parse_specs,
 )
 
 COPY_THRESHOLD = 100  # jobs without idempotency keys from which a batch goes in by COPY
 # Positions in a spec Row that are read by name here.
-QUEUE, RUN_AT, KEY, TAGS, SCOPE = 1, 5, 6, 7, 8
+QUEUE, RUN_AT, KEY, TAGS, SCOPE, CONCURRENCY_KEY = 1, 5, 6, 7, 8, 9
 RESERVE_ATTEMPTS = 3  # submit_reserved reserves anew if the id sequence was restarted meanwhile
 # A key's holder can leave its scope (be claimed, finish) between the insert that met it
 # and the read of it: the insert is tried again, this many times at most.
@@ -78,6 +82,9 @@ def enqueue(
     idempotency_key: str | None = None,
     tags: Iterable[str] | None = None,
     unique_while: str | None = None,
+    concurrency_key: str | None = None,
+    debounce: float | None = None,
+    debounce_max_wait: float | None = None,
     conn: Connection | None = None,
 ) -> Job:
     """Add one job and return it.
@@ -87,8 +94,9 @@ def enqueue(
     returns that job and adds nothing. A key is held, by the job that has it, for as
     long as ``unique_while`` says: ``"always"`` (the default: while that job's row
     exists), ``"active"`` (while it is pending, claimed or running) or ``"pending"``
-    (while it waits to run). Raises :class:`InvalidArgument` naming a bad argument, and
-    :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
+    (while it waits to run). ``concurrency_key`` (``"tenant:42"``): the key rules on keys
+    (:func:`jobq.set_limit`) count it under; ``debounce``: see :mod:`jobq.jobs.debounce`.
+    Raises :class:`InvalidArgument` naming a bad argument, :class:`DatabaseUnavailable` if the database cannot be reached. With ``conn``, the
     caller commits; without, the job is committed before this returns.
     """
     spec = parse_spec(
@@ -102,6 +110,9 @@ def enqueue(
             "idempotency_key": idempotency_key,
             "tags": tags if tags is None or isinstance(tags, (str, list)) else list(tags),
             "unique_while": unique_while,
+            "concurrency_key": concurrency_key,
+            "debounce": debounce,
+            "debounce_max_wait": debounce_max_wait,
         }
     )
     return submit(spec, conn=conn).job
@@ -110,11 +121,16 @@ def enqueue(
 def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | None = None) -> Enqueued:
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
-    params = _row_params(spec.row())
+    params = row_params(spec.row())
     with connection(conn) as c, tracing.recorded_on(c, spec.queue, 1):
         if max_pending is not None:
             check_admission(c, max_pending)
-        return _insert_one(c, params)
+        if spec.debounce is None:
+            return _insert_one(c, params)
+        found = insert_debounced(c, params, spec.debounce, spec.debounce_max_wait, spec.key_scope())
+        if found is None:
+            raise _key_unsettled([spec.idempotency_key])
+        return Enqueued(*found)
 
 
 def _insert_one(conn: Connection, params: dict[str, Any]) -> Enqueued:
@@ -139,13 +155,19 @@ def enqueue_many(jobs: Iterable[Mapping[str, Any]], *, conn: Connection | None =
     All or nothing: one bad mapping raises :class:`InvalidArgument` naming its index and
     field, and nothing is added. One wake-up per queue, however many jobs.
     """
-    return _store(parse_rows(jobs), conn, None)[0]
+    items = list(jobs)
+    if any(isinstance(item, Mapping) and item.get("debounce") is not None for item in items):
+        return [entry.job for entry in submit_many(parse_specs(items), conn=conn)]
+    return _store(parse_rows(items), conn, None)[0]
 
 
 def submit_many(
     specs: list[JobSpec], *, conn: Connection | None = None, max_pending: int | None = None
 ) -> list[Enqueued]:
-    """Add many validated jobs; see :func:`enqueue_many` and :func:`submit`."""
+    """Add many validated jobs (see :func:`enqueue_many`, :func:`submit`); with a debounced one, one by one."""
+    if any(spec.debounce is not None for spec in specs):
+        with connection(conn) as c, c.transaction():
+            return [submit(spec, conn=c, max_pending=max_pending if i == 0 else None) for i, spec in enumerate(specs)]
     jobs, held = _store([spec.row() for spec in specs], conn, max_pending)
     return [Enqueued(job, index not in held) for index, job in enumerate(jobs)]
 
@@ -173,7 +195,7 @@ def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) ->
         if max_pending is not None:
             check_admission(c, max_pending)
         if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
-            entry = _insert_one(c, _row_params(rows[0]))
+            entry = _insert_one(c, row_params(rows[0]))
             return [entry.job], set() if entry.created else {0}
         if keys or len(rows) < COPY_THRESHOLD:
             return _insert(c, rows, keys)
@@ -253,7 +275,7 @@ def _insert_reserved(
 ) -> list[Job] | None:
     """The jobs inserted (or, ``again``, found) under ``ids``; None if a first attempt
     inserted nothing because the sequence was restarted since ``ids`` were reserved."""
-    params = {"ids": ids, "last_id": max(ids), "traceparents": traceparents, **_array_params(rows)}
+    params = {"ids": ids, "last_id": max(ids), "traceparents": traceparents, **array_params(rows)}
     # (id, run_at, created_at) of the rows inserted now; again, an id already stored returns nothing
     statement = JOB_INSERT_RESERVED_IF_ABSENT if again else JOB_INSERT_RESERVED
     inserted = {row[0]: row for row in conn.execute(statement, params)}
@@ -280,10 +302,13 @@ def _copy(conn: Connection, rows: list[Row]) -> list[Job]:
     reservation's timestamp as created_at (and run_at for those due now): what the column
     defaults would give in one transaction, and the same in autocommit."""
     now, ids = conn.execute(JOB_RESERVE_IDS, {"n": len(rows)}).fetchone()  # type: ignore[misc]
-    # The tags column only when some job has tags: a field fewer per row otherwise.
-    tagged = any(row[TAGS] for row in rows)
-    with conn.cursor().copy(JOB_COPY_WITH_TAGS if tagged else JOB_COPY) as copy:
-        for data in job_rows(rows, ids, now, tags=tagged, encoding=conn.info.encoding):
+    # The tags column only when some job has tags, the keys' only when some has a
+    # concurrency key (with tags): fewer fields per row otherwise.
+    keyed = any(row[CONCURRENCY_KEY] is not None for row in rows)
+    tagged = keyed or any(row[TAGS] for row in rows)
+    statement = JOB_COPY_WITH_KEYS if keyed else JOB_COPY_WITH_TAGS if tagged else JOB_COPY
+    with conn.cursor().copy(statement) as copy:
+        for data in job_rows(rows, ids, now, tags=tagged, keys=keyed, encoding=conn.info.encoding):
             copy.write(data)  # the server takes in these rows while the next are made...
         # ...and the last ones while the jobs are built
         return [_new_job(row, job_id, row[RUN_AT] or now, now) for job_id, row in zip(ids, rows)]
@@ -294,7 +319,7 @@ def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Jo
     holder left its scope in between is inserted again (the jobs without a key went in
     the first time)."""
     # (id, key, run_at, created_at) of the rows inserted; ids follow the input order
-    inserted = sorted(conn.execute(JOB_INSERT_MANY, _array_params(rows)).fetchall())
+    inserted = sorted(conn.execute(JOB_INSERT_MANY, array_params(rows)).fetchall())
     new = {row[1]: row for row in inserted if row[1] is not None}
     unkeyed = iter([row for row in inserted if row[1] is None])
     held: dict[str, Job] = {}
@@ -308,7 +333,7 @@ def _insert(conn: Connection, rows: list[Row], keys: list[str]) -> tuple[list[Jo
             unheld = set(waiting) - held.keys()
             again = [row for row in rows if row[KEY] in unheld]
             if again:
-                more = conn.execute(JOB_INSERT_MANY, _array_params(again)).fetchall()
+                more = conn.execute(JOB_INSERT_MANY, array_params(again)).fetchall()
                 new.update((row[1], row) for row in more)
             waiting = [key for key in waiting if key not in new and key not in held]
     if waiting:
@@ -337,13 +362,13 @@ def _new_job(row: Row, job_id: int, run_at: datetime, created_at: datetime) -> J
     """The row just inserted, built here rather than read back: every other column holds
     its default. Positional, in the order of Job's fields (a third of the cost of
     keywords; tests/test_enqueue.py compares it with the row as read back)."""
-    type_, queue, payload, priority, max_retries, _, key, tags, scope = row
+    type_, queue, payload, priority, max_retries, _, key, tags, scope, concurrency_key = row
     return Job(
         job_id, type_, queue, payload, "pending", priority, 0, max_retries, run_at,
         None, None, None, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at; created_at
         None, None, [], None, None,  # result, error, errors, worker_id, lease
         key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
-        scope or DEFAULT_UNIQUE_WHILE,
+        scope or DEFAULT_UNIQUE_WHILE, concurrency_key=concurrency_key,
     )
 
 
@@ -354,39 +379,3 @@ def check_admission(conn: Connection, max_pending: int) -> None:
     pending = int(row[0]) if row else 0
     if pending > max_pending:
         raise Overloaded(pending, max_pending)
-
-
-def _row_params(row: Row) -> dict[str, Any]:
-    type_, queue, payload, priority, max_retries, run_at, key, tags, scope = row
-    return {
-        "type": type_,
-        "queue": queue,
-        "payload": payload.json_text,
-        "priority": priority,
-        "max_retries": max_retries,
-        "run_at": run_at,
-        "idempotency_key": key,
-        "tags": tags,
-        "unique_while": key_scope(scope, key),
-    }
-
-
-def _array_params(rows: list[Row]) -> dict[str, list[Any]]:
-    types, queues, payloads, priorities, max_retries, run_ats, keys, tags, scopes = zip(*rows)
-    return {
-        "types": list(types),
-        "queues": list(queues),
-        "payloads": [payload.json_text for payload in payloads],
-        "priorities": list(priorities),
-        "max_retries": list(max_retries),
-        "run_ats": list(run_ats),
-        "idempotency_keys": list(keys),
-        "tags": [None if job_tags is None else array_literal(job_tags) for job_tags in tags],
-        "unique_whiles": [scope or DEFAULT_UNIQUE_WHILE for scope in scopes],
-    }
-
-
-def array_literal(texts: list[str]) -> str:
-    """``texts`` as a PostgreSQL array literal (``{"a","b\\"c"}``): every element quoted,
-    its backslashes and double quotes escaped."""
-    return "{" + ",".join('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts) + "}"

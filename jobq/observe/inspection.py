@@ -3,7 +3,7 @@ answers in well under a second on a table of millions of jobs."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from jobq.store.connections import Connection
 from jobq.job import STATUSES, last_line
 from jobq.handlers import known
 from jobq.jobs.ledger import counts
+from jobq.limits.rules import KeyRule, QueueLimits, list_limits, queue_limits
 
 RECENT = 10
 
@@ -87,9 +88,14 @@ class Snapshot:
     paused_queues: list[str]
     # Pending jobs per type that no live worker has a handler for (jobq.handlers.known).
     no_handler: dict[str, int]
+    limits: list[KeyRule] = field(default_factory=list)  # rules on keys, with their use (jobq.limits)
+    queue_limits: list[QueueLimits] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(asdict(self))
+        values = _jsonable(asdict(self))
+        values["limits"] = [rule.to_dict() for rule in self.limits]  # rates as "N/m"
+        values["queue_limits"] = [limits.to_dict() for limits in self.queue_limits]
+        return values
 
 
 def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
@@ -124,6 +130,8 @@ def snapshot(conn: Connection, *, namespace: int) -> Snapshot:
         advisory_locks=[LockRow(_lock_name(value), pid, app) for value, pid, app in held],
         paused_queues=paused,
         no_handler=unhandled,
+        limits=list_limits(conn=conn),
+        queue_limits=queue_limits(conn=conn),
     )
 
 

@@ -77,7 +77,8 @@ class Workflow:
         """Add a step and return its name. ``after``: names of steps added before it,
         which must all finish first. ``name`` defaults to the type, made unique (``thumb``,
         ``thumb-2``, ...). ``options``: what :func:`jobq.enqueue` takes (queue, priority,
-        max_retries, run_at, tags). Raises :class:`InvalidArgument` naming the step."""
+        max_retries, run_at, tags, concurrency_key: a step obeys limits like any job).
+        Raises :class:`InvalidArgument` naming the step."""
         if name is None:
             name = _unique_name(type if isinstance(type, str) else "step", self.steps)
         label = f"steps[{name}]"

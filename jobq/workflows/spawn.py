@@ -20,12 +20,13 @@ def spawn(type: str, payload: Mapping[str, Any] | None = None, *, name: str | No
     """Add a job to the running step's workflow, written with the step's success; returns
     its step name (``<this step>.<name>``, ``name`` defaulting to the type made unique
     among this run's spawns). ``options``: what :func:`jobq.enqueue` takes but
-    idempotency_key and unique_while. Raises :class:`InvalidArgument` outside a
+    idempotency_key, unique_while and concurrency_key (a spawned job is written from the
+    step's result by migration 0015's trigger, which knows no key). Raises :class:`InvalidArgument` outside a
     workflow step's handler, or naming a bad argument."""
     run = context.current()
     if run is None or run.workflow_id is None:
         raise InvalidArgument("spawn", "only a workflow step's handler can spawn (jobq.Workflow)")
-    for option in ("idempotency_key", "unique_while"):
+    for option in ("idempotency_key", "unique_while", "concurrency_key"):
         if option in options:
             raise InvalidArgument(option, "spawned steps take none")
     spec = parse_spec({"type": type, "payload": payload, **options})

@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 
 from jobq.errors import InvalidArgument
 from jobq.job import Job
-from jobq.jobs.submit import array_literal
+from jobq.jobs.copy_rows import array_literal
 from jobq.store.connections import Connection, connection
 from jobq.store.sql.workflows import WORKFLOW_GET_BY_KEY, WORKFLOW_INSERT
 from jobq.workflows.runs import WorkflowRun, get_workflow
@@ -57,6 +57,7 @@ def _params(workflow: Any, idempotency_key: str | None) -> dict[str, Any]:
         "tags": [None if s.spec.tags is None else array_literal(s.spec.tags) for s in steps],
         "parents_left": [len(s.after) for s in steps],
         "on_parent_failure": [s.on_parent_failure for s in steps],
+        "concurrency_keys": [s.spec.concurrency_key for s in steps],
         "parents": [parent for parent, _ in edges],
         "children": [child for _, child in edges],
     }

@@ -46,6 +46,7 @@ TABLES = (
     "jobs", "dead_letter_jobs", "job_counters", "job_counter_samples", "workers", "jobq_queues",
     "jobq_dead_letter_groups", "jobq_operations", "jobq_audit", "jobq_schedules", "jobq_minutes", "job_idempotency_keys",
     "jobq_workflows", "jobq_workflow_steps", "jobq_workflow_edges",
+    "jobq_limits", "jobq_limit_slots", "jobq_limit_starts",
 )
 TRUNCATE = sql.SQL("TRUNCATE {} RESTART IDENTITY").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
 

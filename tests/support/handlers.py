@@ -278,3 +278,32 @@ def held(job: jobq.Job) -> dict:
         return {"host": os.environ.get("JOBQ_HOSTNAME")}
     finally:
         ledger_file.write("end", job.id, job.attempt, how)
+SPANS_CREATE = (
+    "CREATE TABLE IF NOT EXISTS test_spans (job_id bigint NOT NULL, lease bigint NOT NULL, queue text NOT NULL, "
+    "concurrency_key text, attempt integer NOT NULL, pid integer NOT NULL, started timestamptz NOT NULL DEFAULT clock_timestamp(), "
+    "ended timestamptz, PRIMARY KEY (job_id, lease))"
+)
+
+
+@jobq.register("span")
+def span(job: jobq.Job) -> dict:
+    """Records its run in test_spans: a row when it starts (after its claim committed) and
+    its end after sleeping payload.seconds, or payload.linger more once cancelled (before
+    its outcome is written), both on the
+    database's clock, so that a test can count overlapping runs per queue and key."""
+    global _conn
+    if _conn is None or _conn.closed or _conn.broken:
+        _conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger")
+    _conn.execute(
+        "INSERT INTO test_spans (job_id, lease, queue, concurrency_key, attempt, pid) VALUES (%s, %s, %s, %s, %s, %s)",
+        (job.id, job.lease, job.queue, job.concurrency_key, job.attempt, os.getpid()),
+    )
+    try:
+        time.sleep(job.payload.get("seconds", 0))
+    except jobq.Cancelled:  # a cleanup of payload.linger seconds (within JOBQ_CANCEL_GRACE)
+        time.sleep(job.payload.get("linger", 0))
+        raise
+    finally:  # a run stopped by jobq.Cancelled ends here too
+        _conn.execute("UPDATE test_spans SET ended = clock_timestamp() WHERE job_id = %s AND lease = %s",
+                      (job.id, job.lease))
+    return {}

@@ -1,5 +1,7 @@
-"""``/dashboard/queues``: each queue's depth, the workers serving it, its pause (by whom,
-since when, why); pause and resume (:mod:`jobq.jobs.queues`)."""
+"""``/dashboard/queues``: each queue's depth, the workers serving it, its limits (slots
+in use, jobs held), its pause (by whom, since when, why); pause and resume
+(:mod:`jobq.jobs.queues`). ``/dashboard/limits``: every rule on keys and every limited
+queue, with their use (:mod:`jobq.limits`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from flask import Response, redirect, request, url_for
 
 from jobq.jobs import queues as library
 from jobq.jobs.ledger import COUNT_LIMIT
+from jobq.limits import list_limits, queue_limits
 from jobq.observe import tallies
 from web.dashboard import common
 from web.dashboard.blueprints import actions, pages
@@ -17,7 +20,15 @@ def queues() -> str:
     with common.database() as conn:
         listed = library.list_queues(stale_seconds=common.stale_seconds(), conn=conn)
         scheduled = tallies.scheduled([q.name for q in listed if q.depth["pending"]], conn=conn)
-    return common.page("queues.html", "Queues", queues=listed, scheduled=scheduled, cap=COUNT_LIMIT)
+        limited = {limits.queue: limits for limits in queue_limits(conn=conn)}
+    return common.page("queues.html", "Queues", queues=listed, scheduled=scheduled, cap=COUNT_LIMIT, limits=limited)
+
+
+@pages.get("/limits")
+def limits() -> str:
+    with common.database() as conn:
+        rules, limited = list_limits(conn=conn), queue_limits(conn=conn)
+    return common.page("limits.html", "Limits", rules=rules, queues=limited)
 
 
 @actions.post("/queues/<path:name>/<any(pause, resume):action>")

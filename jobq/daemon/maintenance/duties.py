@@ -40,6 +40,7 @@ import psycopg
 from jobq.store.sql.database import CONTROL_CHANNEL_GET, LEADER_TRY_LOCK
 from jobq.jobs import audit, control
 from jobq.jobs import leases
+from jobq.limits import claims as limited
 from jobq.store import connections
 from jobq.store import locks
 from jobq.observe import samples
@@ -331,7 +332,8 @@ class Maintenance:
                 duty.next_at = now + duty.every
 
     def reap_once(self, conn: Connection) -> int:
-        return reaper.reap_stale(conn, self.settings, self.lock_base, spared=self.live).changed
+        reaped = reaper.reap_stale(conn, self.settings, self.lock_base, spared=self.live).changed
+        return reaped + limited.sweep_slots(conn, self.lock_base)
 
     def remove_workers_once(self, conn: Connection) -> int:
         removed = presence.remove_stale(conn, self.settings.stale_threshold)

@@ -33,6 +33,7 @@ from jobq.store.sql.leases import (
     JOB_UNLOCK,
 )
 from jobq.jobs import leases
+from jobq.limits import claims as limited
 from jobq.store import connections
 from jobq.daemon.messages import Gone
 from jobq.store.connections import Connection
@@ -153,6 +154,7 @@ def _in_one_transaction(
     for attempt in range(leases.WRITE_AGAIN_RETRIES + 1):
         try:
             with conn.transaction():
+                limited.release_slots(conn, rows)  # their runs are over: their slots go with their outcomes
                 return write()
         except psycopg.Error as exc:
             if leases.changed_meanwhile(exc) and attempt < leases.WRITE_AGAIN_RETRIES:

@@ -37,6 +37,7 @@ import psycopg
 from jobq.jobs import leases
 from jobq.store import locks
 from jobq.jobs.leases import Claim
+from jobq.limits.gate import Gate
 from jobq.daemon import presence
 from jobq.daemon.worker import outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
@@ -62,7 +63,6 @@ from jobq.store.migrate import check_schema
 from jobq.settings import Settings
 
 log = logging.getLogger(__name__)
-
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
@@ -111,6 +111,7 @@ class WorkerLoop:
         self.worker_id = ""  # known in the child: worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = ServedQueues(settings)
+        self.gate = Gate()  # whether a limit applies to its queues: the claim under limits
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
@@ -281,7 +282,7 @@ class WorkerLoop:
         self.next_in = UNASKED
         timeout = self.settings.poll_interval
         if next_in is not None:
-            timeout = min(timeout, max(next_in, IDLE_RECHECK))  # type: ignore[arg-type]
+            timeout = min(timeout, max(next_in, self.gate.recheck_after(IDLE_RECHECK)))  # type: ignore[arg-type]
         # Counted idle only while listening: a worker without a notification to wait
         # for must not keep the others from waking.
         self.board.mark(self.slot, self.listener.listening)
@@ -316,6 +317,7 @@ class WorkerLoop:
         if withdrawn:
             log.info("worker.withdrawn worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in withdrawn))
             self.session.give_back(withdrawn)
+        self.session.check_if_suspect()  # a dead session's locks are gone: re-lock before a start
         return self.in_flight.start_next(self.timeout_of)
 
     def timeout_of(self, claim: Claim) -> float:
@@ -350,9 +352,10 @@ class WorkerLoop:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
         ask_next = self.last_claim_short
         self.next_in = UNASKED
+        claim_under = self.gate.claim_for(self.session, self.queues.names)
 
         def claim(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
-            return leases.claim(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
+            return claim_under(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
 
         asked: list[leases.Deferred[float | None]] = []
 
@@ -373,6 +376,7 @@ class WorkerLoop:
                 claimed = self.session.run(lambda conn, _: claim(conn).result())
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
+        self.gate.claimed(len(claimed))
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
                 log.debug(

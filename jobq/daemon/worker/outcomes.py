@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from jobq.jobs import leases
 from jobq.jobs.leases import Claim
+from jobq.limits import claims as limited
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome, Taken
 from jobq.daemon.worker.session import ClaimSession
 from jobq.handlers.execution import RunResult
@@ -105,6 +106,7 @@ class OutcomeWriter:
                     sent_failed = self._send_failed(conn, written.failed)
                     sent_snoozed = self._send_snoozed(conn, written.snoozed)
                     sent_cancelled = self._send_cancelled(conn, written.cancelled)
+                    limited.release_slots(conn, limited.slotted([f.claim for f in taken.flights] if taken else []))
                     sent = also(conn) if also is not None else None
                 rejected = sent_done.result() if sent_done else set()
                 written.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())

@@ -13,6 +13,7 @@ it goes through or the worker stops.
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +25,7 @@ from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.jobs import leases
 from jobq.store import connections
 from jobq.jobs.leases import Claim
+from jobq.limits import claims as limited
 from jobq.daemon.worker.flight import InFlight
 from jobq.errors import DatabaseUnavailable
 
@@ -132,6 +134,22 @@ class ClaimSession:
                     self.conn.close()
                     retried = True
 
+    def check_if_suspect(self) -> None:
+        """Before a claimed job starts: when the idle connection has something to read
+        (the server ended the session, or restarted: its advisory locks are gone), go
+        through it now, so that the reconnect re-locks the batch and a job another
+        supervisor's reaper gave back meanwhile is not started. A poll of the socket
+        without the session lock (the heartbeat thread may be writing outcomes: a job's
+        start never waits for that), a round trip only when it says so (or when the
+        heartbeat's own answer was on its way: a harmless extra round trip)."""
+        conn = self.conn
+        try:
+            readable = conn is None or conn.closed or bool(select.select([conn.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):  # closed by the other thread meanwhile
+            readable = True
+        if readable:
+            self.run(lambda c, _: c.execute("SELECT 1"))
+
     def dead_for(self) -> float:
         """Seconds since the last call that went through was sent (no later than the
         server last heard from this session): how long the connection may have been
@@ -167,7 +185,17 @@ class ClaimSession:
         stays cancelled: its lease changed)."""
         if not jobs:
             return
-        self.run(lambda conn, _: leases.release(conn, jobs, lock_base=self.lock_base).result())
+        def release(conn: psycopg.Connection, _: bool) -> None:
+            slotted = limited.slotted(jobs)
+            if not slotted:
+                leases.release(conn, jobs, lock_base=self.lock_base).result()
+                return
+            with conn.pipeline():  # one transaction: the jobs and their slots (jobq.limits.claims)
+                limited.release_slots(conn, slotted)
+                answer = leases.release(conn, jobs, lock_base=self.lock_base)
+            answer.result()
+
+        self.run(release)
         log.info("worker.released worker=%s jobs=%s", self.worker_id, ",".join(str(c.job_id) for c in jobs))
 
     def close(self) -> None:

@@ -22,14 +22,40 @@ KEY_HELD = (
     "OR (unique_while = 'active' AND status IN ('claimed', 'running')))"
 )
 
+# The one row of JOB_INSERT and JOB_INSERT_DEBOUNCED, but for its run_at.
+_ONE_ROW = (
+    "SELECT %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, %(max_retries)s::int, "
+    "{run_at}, %(idempotency_key)s::text AS idempotency_key, %(tags)b::text[], "
+    "%(unique_while)s::text, %(concurrency_key)s::text"
+)
+
 # JOB_INSERT: one row; a key held by another job (see KEYED_INSERT) makes it insert
 # and return nothing, so the caller reads that job instead.
 JOB_INSERT = KEYED_INSERT.format(
-    columns=KEYED_INSERT_COLUMNS,
-    rows="SELECT %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s::smallint, %(max_retries)s::int, "
-    "coalesce(%(run_at)s, now()), %(idempotency_key)s::text AS idempotency_key, %(tags)b::text[], "
-    "%(unique_while)s::text",
+    columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
+    rows=_ONE_ROW.format(run_at="coalesce(%(run_at)s, now())"),
     returning=JOB_COLUMNS,
+)
+
+# JOB_INSERT_DEBOUNCED: JOB_INSERT of a debounced job (jobq.jobs.debounce): due
+# %(debounce)s seconds from now, on the database's clock.
+JOB_INSERT_DEBOUNCED = KEYED_INSERT.format(
+    columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
+    rows=_ONE_ROW.format(run_at="now() + make_interval(secs => %(debounce)s)"),
+    returning=JOB_COLUMNS,
+)
+
+# JOB_DEBOUNCE_IF_PENDING: the pending job holding a key in the scope 'pending'
+# (jobs_key_held_idx, its predicate spelt as KEY_HELD), given the new payload and due
+# %(debounce)s seconds from now, but never later than %(max_wait)s seconds after its
+# first enqueue (its created_at). Guarded by status: a job claimed meanwhile is not
+# touched (the caller inserts a new one). The row lock orders concurrent debounces.
+JOB_DEBOUNCE_IF_PENDING = (
+    "UPDATE jobs SET payload = %(payload)s::jsonb, run_at = CASE WHEN %(max_wait)s::float8 IS NULL "
+    "THEN now() + make_interval(secs => %(debounce)s) ELSE least(now() + make_interval(secs => %(debounce)s), "
+    "created_at + make_interval(secs => %(max_wait)s)) END "
+    "WHERE " + LIVE + " AND idempotency_key = %(idempotency_key)s AND " + KEY_HELD + " "
+    "AND status = 'pending' AND unique_while = 'pending' RETURNING " + JOB_COLUMNS
 )
 
 # JOB_RESERVE_IDS: the transaction's timestamp (now(), what the column defaults use)
@@ -48,18 +74,23 @@ JOB_COPY = "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, 
 JOB_COPY_WITH_TAGS = (
     "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at, tags) FROM STDIN (FORMAT BINARY)"
 )
+# JOB_COPY_WITH_KEYS: the same with tags and concurrency keys, when some rows have keys.
+JOB_COPY_WITH_KEYS = (
+    "COPY jobs (id, type, queue, payload, priority, max_retries, run_at, created_at, tags, concurrency_key) "
+    "FROM STDIN (FORMAT BINARY)"
+)
 
 # JOB_INSERT_MANY: many rows, some with idempotency keys, from parallel arrays in one
 # statement; returns what the caller cannot know (id, run_at and created_at defaults).
 # Same idempotency rule as JOB_INSERT. Each job's tags travel as one array literal
 # (tag arrays differ in length, and a PostgreSQL array of arrays cannot).
 JOB_INSERT_MANY = KEYED_INSERT.format(
-    columns=KEYED_INSERT_COLUMNS,
+    columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
     rows="SELECT type, queue, payload, priority, max_retries, coalesce(run_at, now()), idempotency_key, "
-    "tags::text[], unique_while FROM unnest(%(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
-    "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], "
-    "%(idempotency_keys)b::text[], %(tags)b::text[], %(unique_whiles)b::text[]) "
-    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while)",
+    "tags::text[], unique_while, concurrency_key FROM unnest(%(types)b::text[], %(queues)b::text[], "
+    "%(payloads)b::jsonb[], %(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], "
+    "%(idempotency_keys)b::text[], %(tags)b::text[], %(unique_whiles)b::text[], %(concurrency_keys)b::text[]) "
+    "AS j(type, queue, payload, priority, max_retries, run_at, idempotency_key, tags, unique_while, concurrency_key)",
     returning="id, idempotency_key, run_at, created_at",
 )
 
@@ -72,11 +103,12 @@ JOB_INSERT_MANY = KEYED_INSERT.format(
 # defaults the caller cannot know. Tags as in JOB_INSERT_MANY. Each job's traceparent is
 # given (the grouped POST /jobs: each request's own), never the session's default.
 JOB_INSERT_RESERVED_ROWS = (
-    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, traceparent) "
-    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[], traceparent "
+    "INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, traceparent, concurrency_key) "
+    "SELECT id, type, queue, payload, priority, max_retries, coalesce(run_at, now()), tags::text[], traceparent, concurrency_key "
     "FROM unnest(%(ids)b::bigint[], %(types)b::text[], %(queues)b::text[], %(payloads)b::jsonb[], "
     "%(priorities)b::smallint[], %(max_retries)b::int[], %(run_ats)b::timestamptz[], %(tags)b::text[], "
-    "%(traceparents)b::text[]) AS j(id, type, queue, payload, priority, max_retries, run_at, tags, traceparent) "
+    "%(traceparents)b::text[], %(concurrency_keys)b::text[]) "
+    "AS j(id, type, queue, payload, priority, max_retries, run_at, tags, traceparent, concurrency_key) "
 )
 JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
     "WHERE %(last_id)s::bigint <= (SELECT pg_sequence_last_value(pg_get_serial_sequence('jobs', 'id')::regclass)) "

@@ -19,7 +19,7 @@ JOB_COLUMNS = (
     "id, type, queue, payload, status, priority, attempt, max_retries, run_at, claimed_at, "
     "started_at, heartbeat_at, completed_at, created_at, result, error, errors, worker_id, "
     "lease, idempotency_key, tags, progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes, "
-    "unique_while, workflow_id, parent_results, parent_failures, traceparent, handler_finished_at"
+    "unique_while, workflow_id, parent_results, parent_failures, traceparent, handler_finished_at, concurrency_key"
 )
 DEAD_LETTER_COLUMNS = (
     "id, original_id, type, queue, payload, priority, max_retries, error, attempts, errors, "

@@ -1,0 +1,70 @@
+"""Whether a worker claims under limits: asked of the database at most once a second.
+
+With no limit on its queues and no rule on keys, a worker claims with the plain claim
+(:func:`jobq.jobs.leases.claim`), which costs nothing for flow control; the moment a
+limit applies, within a second, it claims with :func:`jobq.limits.claims.claim`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jobq.jobs import leases
+from jobq.limits import claims as limited
+from jobq.store.connections import Connection
+from jobq.store.sql.limits import LIMITS_APPLY
+
+RECHECK_SECONDS = 1.0
+HELD_RECHECK_MAX = 0.4  # seconds: the longest an idle worker waits to look again at jobs held back
+
+
+class Gate:
+    """The answer for some queues, cached for RECHECK_SECONDS. Not thread-safe: one
+    owner (the worker's loop)."""
+
+    def __init__(self, *, every: float = RECHECK_SECONDS) -> None:
+        self.every = every
+        self.limited = False
+        self.checked = float("-inf")
+        self.empty_claims = 0  # claims under limits in a row that took nothing
+        self.rate_opens_in: float | None = None  # seconds, as the last claim under limits left it
+
+    def claimed(self, n: int) -> None:
+        """What the last claim took (counted only under limits)."""
+        self.empty_claims = 0 if n or not self.limited else self.empty_claims + 1
+
+    def recheck_after(self, seconds: float) -> float:
+        """How soon an idle worker whose due jobs were all held back looks again: ``seconds``
+        after a claim that took something, doubling with each claim in a row that took
+        nothing, up to HELD_RECHECK_MAX (idle workers polling a full key or queue would
+        take the database's time from the workers that run its jobs); sooner when a
+        queue's full rate lets a job start again (a 50/s queue starts its next 50 when
+        its window opens, not up to 0.4 s after)."""
+        wait = min(seconds * 2 ** min(self.empty_claims, 8), max(seconds, HELD_RECHECK_MAX))
+        if self.limited and self.rate_opens_in is not None:
+            wait = min(wait, max(self.rate_opens_in, 0.0))  # a full rate's window opens then
+        return wait
+
+    def due(self) -> bool:
+        """Whether the cached answer is older than ``every``."""
+        return time.monotonic() - self.checked >= self.every
+
+    def check(self, conn: Connection, queues: Sequence[str]) -> bool:
+        """Ask again for ``queues`` (one small read), and return the answer."""
+        row = conn.execute(LIMITS_APPLY, {"queues": list(queues)}).fetchone()
+        self.limited = bool(row and row[0])
+        self.checked = time.monotonic()
+        return self.limited
+
+    def claim_for(self, session: Any, queues: Sequence[str]) -> Callable[..., leases.Deferred[list[leases.Claim]]]:
+        """The claim a worker makes next for ``queues``: the plain one, or the one under
+        limits; asked again through ``session`` (its ``run(fn)``) when the answer is due."""
+        if self.due():
+            session.run(lambda conn, _: self.check(conn, queues))
+        return functools.partial(limited.claim, rate_opens_in=self._rate_opens) if self.limited else leases.claim
+
+    def _rate_opens(self, seconds: float | None) -> None:
+        self.rate_opens_in = seconds
