@@ -7,7 +7,6 @@ JOBQ_CANCEL_GRACE, and the job's timeout kills its worker."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 

@@ -27,12 +27,11 @@ two databases' workers never block each other, but the view shows both.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-from psycopg import conninfo, sql
+from psycopg import sql
 
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from jobq.store import locks
