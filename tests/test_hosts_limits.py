@@ -14,6 +14,8 @@ server has ended the sessions, and the three hosts finish the queue together.
 So at no instant do more runs of a key or of the queue overlap than
 its limit, across hosts, counting the cut-off host's runs until their handler really
 ended (its end line; for a run killed without one, when its process was seen gone).
+And no slot of a job was freed before the run that held it had ended (test_slot_frees,
+support.spans: the database's clock, the same machine's as the ledger's).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pytest
 
 import jobq
 from support import ledger
+from support.spans import SLOT_FREES_CREATE
 from support.daemon import alive
 from support.waiting import wait_for
 from test_hosts_lost import sessions_of
@@ -100,6 +103,7 @@ def test_limits_hold_across_a_partitioned_host_whose_limited_jobs_were_cut_off_m
     env = {**SETTINGS, ledger.ENV: str(path), "JOBQ_QUEUES": QUEUE}
     enqueued = TENANTS * PER_TENANT
     with psycopg.connect(cluster.url(), autocommit=True) as conn, Deaths(path) as deaths:
+        conn.execute(SLOT_FREES_CREATE)  # test_slot_frees: each slot's freeing, by a trigger (support.spans)
         jobq.set_queue_limits(QUEUE, concurrency=QUEUE_LIMIT, conn=conn)
         jobq.set_limit("tenant:*", concurrency=KEY_LIMIT, conn=conn)
         cut, others = cluster.hosts[0], cluster.hosts[1:]
@@ -130,21 +134,27 @@ def test_limits_hold_across_a_partitioned_host_whose_limited_jobs_were_cut_off_m
         runs = ledger.runs(path)
         taken_back = min(r.started for r in runs if r.host != cut.name) - partitioned_at
         spanned = spans(runs, deaths.seen, time.time())
+        frees = conn.execute("SELECT job_id, extract(epoch FROM at)::float8 FROM test_slot_frees").fetchall()
+        outlived = [(run, until) for run, until in spanned
+                    if min((at for job_id, at in frees if job_id == run.job_id and at >= run.started), default=until) < until]
         by_key = peaks(spanned, scope_of)
         by_queue = peaks(spanned, {job_id: QUEUE for job_id in scope_of})
         cut_runs = [run for run in runs if run.host == cut.name and run.started < partitioned_at]
+        freed = sorted(round(min(at for job_id, at in frees if job_id == run.job_id and at >= run.started)
+                             - partitioned_at, 1) for run in cut_runs)
         ends = Counter(run.how or ("gone" if run.pid in deaths.seen else "none") for run in cut_runs)
         counts = ledger.tally("limits across a partition", conn, runs, enqueued, **{
             "cut off mid-run": cut_off, "max concurrent per key": max(by_key.values()),
-            "max concurrent per queue": by_queue.get(QUEUE, 0)})
+            "max concurrent per queue": by_queue.get(QUEUE, 0), "slots freed before their run ended": len(outlived)})
     twice = counts["recorded done"] - counts["done"]
     print(f"limits across a partition | outcomes recorded twice {twice} | outage {outage:.1f} s | "
           f"first run elsewhere {taken_back:.1f} s after the cut | "
-          f"cut-off runs ended {dict(ends)} | peaks per key {by_key}")
+          f"cut-off runs ended {dict(ends)} | their slots freed {freed} s after the cut | peaks per key {by_key}")
     assert cut_off == QUEUE_LIMIT
     assert ends["none"] == 0, "a cut-off run whose end is unknown"
     assert all(most <= KEY_LIMIT for most in by_key.values()), (by_key, spanned)
     assert by_queue[QUEUE] <= QUEUE_LIMIT, (by_queue, spanned)
     assert by_queue[QUEUE] == QUEUE_LIMIT  # the limit was reached: the test bound something
+    assert outlived == []  # a slot is freed after its run's end (the outcome; the reaper once the lock is gone)
     assert (counts["lost"], counts["overlapping runs"], twice) == (0, 0, 0)
     assert counts["done"] == enqueued
