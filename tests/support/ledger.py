@@ -47,18 +47,23 @@ class Run:
 
 
 def runs(path: Path) -> list[Run]:
-    """Every run the ledger holds, in the order they started."""
-    started: dict[tuple[int, int], Run] = {}  # by (pid, job id): a process runs one job at a time
+    """Every run the ledger holds, in the order they started (a job run twice by one
+    process, its first run stopped and the job taken back by that process later, is two
+    runs)."""
+    every: list[Run] = []
+    running: dict[tuple[int, int], Run] = {}  # by (pid, job id): a process runs one job at a time
     if not path.exists():
         return []
     for line in path.read_text().splitlines():
         event, job_id, attempt, host, pid, at, how = line.split()
         key = (int(pid), int(job_id))
         if event == "start":
-            started[key] = Run(int(job_id), int(attempt), host, int(pid), float(at))
+            running[key] = Run(int(job_id), int(attempt), host, int(pid), float(at))
+            every.append(running[key])
         else:
-            started[key].ended, started[key].how = float(at), how
-    return sorted(started.values(), key=lambda run: run.started)
+            run = running.pop(key)
+            run.ended, run.how = float(at), how
+    return sorted(every, key=lambda run: run.started)
 
 
 def overlapping(all_runs: list[Run], now: float | None = None) -> list[tuple[Run, Run]]:
