@@ -8,15 +8,14 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The test areas, each a pytest marker (setup.cfg): make test-once runs -m once.
-AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry hosts aio django sqlalchemy plugin
+AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry hosts aio django sqlalchemy plugin limits
 # The suite runs in this many pytest-xdist processes, each on a PostgreSQL database of its
 # own (tests/support/db.py). Much of it waits on subprocesses, so more processes than
 # cores: measured on 2 cores, 3 is faster than 2 or 4 (README's "Tests").
 # TEST_PROCESSES=0 (or PYTEST_ARGS='-n 0') runs it serially in one process, for pdb and -x.
 TEST_PROCESSES ?= 3
 
-.PHONY: run test docs browser screenshots $(addprefix test-,$(AREAS)) coverage clean
-.PHONY: run test docs browser iproute2 $(addprefix test-,$(AREAS)) coverage clean
+.PHONY: run test docs browser screenshots iproute2 $(addprefix test-,$(AREAS)) coverage clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
