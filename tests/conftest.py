@@ -45,6 +45,16 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[WORKER_INPUT] = node.config.stash[RUN]
 
 
+# The long fault scenarios (tens of seconds each) go first: handed out last, a few of
+# them kept one process busy while the others had finished (--dist load keeps the order).
+LONG_FIRST = ("hosts", "chaos")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every process collects the same order: the long scenarios, then the rest as found."""
+    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in LONG_FIRST))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """In the controller (or the one process with ``-n 0``), once every worker is done:
     what the run left on a given server goes, and any embedded server still running in
