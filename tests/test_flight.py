@@ -15,7 +15,7 @@ import pytest
 
 from jobq.daemon.worker.flight import DEFER_RUNNING, FLUSH_AFTER, InFlight, InvalidTransition, Outcome, Stage
 from jobq.daemon.worker.heartbeat import Heartbeat
-from jobq.daemon.worker.loop import next_size
+from jobq.daemon.worker.loop import CLAIM_WORK, next_size
 from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.handlers import context
 from jobq.handlers.execution import RunResult
@@ -117,7 +117,18 @@ def test_jobs_taken_back_while_the_session_was_gone_are_not_run_here_but_the_run
 
 @pytest.mark.parametrize(("size", "all_short", "expected"), [(1, True, 2), (32, True, 50), (16, False, 1)])
 def test_the_next_claim_doubles_while_jobs_are_short_and_drops_to_one_after_a_long_one(size, all_short, expected):
-    assert next_size(size, all_short=all_short, cap=50) == expected
+    assert next_size(size, ran=size, seconds=size * 0.0001, all_short=all_short, cap=50) == expected
+
+
+@pytest.mark.parametrize(
+    ("ran", "seconds", "expected"),
+    [(64, 64 * 0.00001, 128), (64, 64 * 0.001, 100), (64, 64 * 0.02, 5), (64, 64 * 0.049, 2), (3, 0.0, 128)],
+)
+def test_the_next_claim_holds_at_most_claim_work_seconds_of_the_last_batchs_jobs(ran, seconds, expected):
+    """noop jobs grow to the cap; 1 ms jobs to 100 (0.1 s of work); 20 ms jobs to 5; a
+    batch that took no measurable time grows as before."""
+    assert CLAIM_WORK == 0.1
+    assert next_size(64, ran=ran, seconds=seconds, all_short=True, cap=500) == expected
 
 
 def test_a_running_job_is_past_its_deadline_only_after_the_grace():

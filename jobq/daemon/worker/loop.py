@@ -67,14 +67,23 @@ log = logging.getLogger(__name__)
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
 SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
+CLAIM_WORK = 0.1  # seconds of handler time a claim may hold in line, judged by the last batch
 
 
-def next_size(size: int, *, all_short: bool, cap: int) -> int:
-    """The size of the next claim after a batch of ``size``: it doubles while every job
-    of a batch ran shorter than SHORT_JOB, and drops to 1 when one ran longer (a job
-    that runs DEFER_RUNNING seconds is marked running and the jobs waiting behind it go
-    back to the queue, so that no idle worker waits behind a long job)."""
-    return min(size * 2, cap) if all_short else 1
+def next_size(size: int, *, ran: int, seconds: float, all_short: bool, cap: int) -> int:
+    """The size of the next claim after a batch of ``size`` whose ``ran`` jobs took
+    ``seconds`` of handler time: it doubles while every job of a batch ran shorter than
+    SHORT_JOB, up to ``cap`` and to as many as the last batch's jobs take CLAIM_WORK
+    seconds to run (no peer that goes idle waits long behind this worker's line); it
+    drops to 1 when one ran longer (a job that runs DEFER_RUNNING seconds is marked
+    running and the jobs waiting behind it go back to the queue, so that no idle worker
+    waits behind a long job)."""
+    if not all_short:
+        return 1
+    grown = min(size * 2, cap)
+    if ran and seconds > 0:
+        return max(1, min(grown, int(CLAIM_WORK * ran / seconds)))
+    return grown
 
 
 def worker_name(hostname: str, pid: int, token: str) -> str:
@@ -299,16 +308,19 @@ class WorkerLoop:
     def run_batch(self) -> None:
         """Run the jobs in line, one at a time, each outcome into the buffer (written
         when due); then give back what a stop left in line."""
-        all_short = True
+        all_short, ran, seconds = True, 0, 0.0
         while not self.stopping.is_set() and (flight := self.next_job()) is not None:
             outcome = self.run_one(flight)
             self.in_flight.buffer(outcome)
+            ran, seconds = ran + 1, seconds + outcome.result.seconds
             all_short = all_short and outcome.result.seconds < SHORT_JOB
             if self.in_flight.due():
                 self.outcomes.write(self.session)
         self.session.give_back(self.in_flight.take_waiting())
         self.in_flight.batch_over()  # new claims never take cancelled jobs or paused queues
-        self.batch_size = next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
+        self.batch_size = next_size(
+            self.batch_size, ran=ran, seconds=seconds, all_short=all_short, cap=self.settings.claim_batch
+        )
 
     def next_job(self) -> Flight | None:
         """The next job of the batch, started, after giving back those an operator
