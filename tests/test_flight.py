@@ -15,7 +15,7 @@ import pytest
 
 from jobq.daemon.worker.flight import DEFER_RUNNING, FLUSH_AFTER, InFlight, InvalidTransition, Outcome, Stage
 from jobq.daemon.worker.heartbeat import Heartbeat
-from jobq.daemon.worker.loop import CLAIM_WORK, next_size
+from jobq.daemon.worker.pacing import CLAIM_WORK, LINE_HOLD, Pace, next_size
 from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.handlers import context
 from jobq.handlers.execution import RunResult
@@ -129,6 +129,39 @@ def test_the_next_claim_holds_at_most_claim_work_seconds_of_the_last_batchs_jobs
     batch that took no measurable time grows as before."""
     assert CLAIM_WORK == 0.1
     assert next_size(64, ran=ran, seconds=seconds, all_short=True, cap=500) == expected
+
+
+def test_a_batch_that_has_run_line_hold_seconds_gives_back_its_line_and_the_next_claim_shrinks():
+    """A claim of 500 sized on noop jobs whose next batch turned out to be 40 ms jobs
+    (each under DEFER_RUNNING, so none is marked running): after LINE_HOLD seconds the
+    batch stops and gives back what is in line, and the next claim holds CLAIM_WORK
+    seconds of such jobs."""
+    now = [0.0]
+    pace = Pace(500, clock=lambda: now[0])
+    pace.size = 500
+    pace.batch_started()
+    went_on = []
+    for _ in range(20):
+        now[0] += 0.04
+        went_on.append(pace.ran(0.04))
+    assert LINE_HOLD == 0.5
+    assert went_on.index(False) == 12  # after the 13th job: 0.52 s into the batch
+    pace.batch_over()
+    assert pace.size == int(CLAIM_WORK / 0.04) == 2
+
+
+def test_a_batch_of_short_jobs_within_line_hold_doubles_the_claim_up_to_the_cap():
+    now = [0.0]
+    pace = Pace(500, clock=lambda: now[0])
+    sizes = []
+    for _ in range(12):
+        pace.batch_started()
+        for _ in range(pace.size):
+            now[0] += 0.00002
+            assert pace.ran(0.00002)
+        pace.batch_over()
+        sizes.append(pace.size)
+    assert sizes[:9] == [2, 4, 8, 16, 32, 64, 128, 256, 500] and set(sizes[9:]) == {500}
 
 
 def test_a_running_job_is_past_its_deadline_only_after_the_grace():
