@@ -340,7 +340,7 @@ class WorkerLoop:
         jobs than it asked for, the seconds until the next due job are asked in the same
         round trip, for the wait that probably follows (wait_for_work)."""
         self.queues.refresh(self.session)
-        limit = self.pace.size
+        limit = min(self.pace.size, self.session.lock_budget)
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
         ask_next = self.last_claim_short
