@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 import psycopg
 import pytest
 
-from jobq.daemon.worker.flight import DEFER_RUNNING, FLUSH_AFTER, InFlight, InvalidTransition, Outcome, Stage
+from jobq.daemon.worker.flight import InFlight, InvalidTransition, Outcome, Stage
 from jobq.daemon.worker.heartbeat import Heartbeat
-from jobq.daemon.worker.pacing import CLAIM_WORK, LINE_HOLD, Pace, next_size
+from jobq.daemon.worker.pacing import CLAIM_WORK, DEFER_RUNNING, FLUSH_AFTER, LINE_HOLD, Pace, next_size
 from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.handlers import context
 from jobq.handlers.execution import RunResult

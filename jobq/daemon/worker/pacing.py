@@ -1,4 +1,5 @@
-"""How many jobs a worker claims at a time, and how long it may keep a line of them.
+"""How many jobs a worker claims at a time, how long it may keep a line of them, and
+how long their outcomes wait to be written.
 
 A claim is one round trip, and the outcomes of a batch are one more: the larger the
 batch of short jobs, the less each job pays for them (a drain of noop jobs runs about
@@ -22,8 +23,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from jobq.daemon.worker.flight import DEFER_RUNNING
-
+DEFER_RUNNING = 0.05  # a job running longer than this is marked running, and its batch handed back
+# Seconds an outcome may wait in the buffer while the batch goes on. Each write is a
+# commit the worker waits for: at 5 ms a batch of 500 noop jobs (about 15 ms) waited for
+# three, at 20 ms for one (with its next claim). What it costs: after a whole host is
+# lost, up to 20 ms of its finished jobs run again (a worker's death alone loses none:
+# the finished area), and a job's outcome shows up to 20 ms after its handler returned.
+FLUSH_AFTER = 0.02
 SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
 CLAIM_WORK = 0.1  # seconds of handler time a claim may hold in line, judged by the last batch
 LINE_HOLD = 0.5  # seconds a batch may run before the jobs still in its line go back
