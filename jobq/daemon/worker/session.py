@@ -37,6 +37,7 @@ T = TypeVar("T")
 # An error that may be a lost connection that libpq has not noticed yet is retried on a
 # new connection this many times in one call, then taken for an error of the statement.
 UNSURE_RETRIES = 3
+SUSPECT_POLL = 0.001  # seconds: check_if_suspect polls the socket at most this often
 
 
 def connection_lost(exc: psycopg.Error) -> bool:
@@ -75,6 +76,7 @@ class ClaimSession:
         # check_if_suspect's poll of the connection's socket: (fd, poll object) of the last
         # connection polled, made again for a new one (half the cost of a select a job).
         self._polled: tuple[int, Any] | None = None
+        self._polled_at = 0.0  # monotonic
         # How many jobs the worker may hold claimed (jobq.daemon.presence.lock_budget):
         # read on every connect, and again by the heartbeat.
         self.lock_budget = 1
@@ -149,7 +151,15 @@ class ClaimSession:
         supervisor's reaper gave back meanwhile is not started. A poll of the socket
         without the session lock (the heartbeat thread may be writing outcomes: a job's
         start never waits for that), a round trip only when it says so (or when the
-        heartbeat's own answer was on its way: a harmless extra round trip)."""
+        heartbeat's own answer was on its way: a harmless extra round trip). At most
+        one poll every SUSPECT_POLL seconds (a poll is a system call: a job of short ones
+        costs less than it): a session the server ended shows as readable as soon as
+        the server goes down, long before its restart lets any reaper in, and a job
+        shorter than SUSPECT_POLL is all that may start meanwhile."""
+        now = time.monotonic()
+        if now - self._polled_at < SUSPECT_POLL:
+            return
+        self._polled_at = now
         conn = self.conn
         try:
             readable = conn is None or conn.closed or bool(self._poll(conn.fileno()))
