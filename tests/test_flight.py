@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 import psycopg
 import pytest
 
-from jobq.daemon.worker.flight import DEFER_RUNNING, FLUSH_AFTER, InFlight, InvalidTransition, Outcome, Stage
+from jobq.daemon.worker.flight import InFlight, InvalidTransition, Outcome, Stage
 from jobq.daemon.worker.heartbeat import Heartbeat
-from jobq.daemon.worker.loop import next_size
+from jobq.daemon.worker.pacing import CLAIM_WORK, DEFER_RUNNING, FLUSH_AFTER, LINE_HOLD, Pace, next_size
 from jobq.daemon.worker.outcomes import OutcomeWriter
 from jobq.handlers import context
 from jobq.handlers.execution import RunResult
@@ -117,7 +117,51 @@ def test_jobs_taken_back_while_the_session_was_gone_are_not_run_here_but_the_run
 
 @pytest.mark.parametrize(("size", "all_short", "expected"), [(1, True, 2), (32, True, 50), (16, False, 1)])
 def test_the_next_claim_doubles_while_jobs_are_short_and_drops_to_one_after_a_long_one(size, all_short, expected):
-    assert next_size(size, all_short=all_short, cap=50) == expected
+    assert next_size(size, ran=size, seconds=size * 0.0001, all_short=all_short, cap=50) == expected
+
+
+@pytest.mark.parametrize(
+    ("ran", "seconds", "expected"),
+    [(64, 64 * 0.00001, 128), (64, 64 * 0.001, 100), (64, 64 * 0.02, 5), (64, 64 * 0.049, 2), (3, 0.0, 128)],
+)
+def test_the_next_claim_holds_at_most_claim_work_seconds_of_the_last_batchs_jobs(ran, seconds, expected):
+    """noop jobs grow to the cap; 1 ms jobs to 100 (0.1 s of work); 20 ms jobs to 5; a
+    batch that took no measurable time grows as before."""
+    assert CLAIM_WORK == 0.1
+    assert next_size(64, ran=ran, seconds=seconds, all_short=True, cap=500) == expected
+
+
+def test_a_batch_that_has_run_line_hold_seconds_gives_back_its_line_and_the_next_claim_shrinks():
+    """A claim of 500 sized on noop jobs whose next batch turned out to be 40 ms jobs
+    (each under DEFER_RUNNING, so none is marked running): after LINE_HOLD seconds the
+    batch stops and gives back what is in line, and the next claim holds CLAIM_WORK
+    seconds of such jobs."""
+    now = [0.0]
+    pace = Pace(500, clock=lambda: now[0])
+    pace.size = 500
+    pace.batch_started()
+    went_on = []
+    for _ in range(20):
+        now[0] += 0.04
+        went_on.append(pace.ran(0.04))
+    assert LINE_HOLD == 0.5
+    assert went_on.index(False) == 12  # after the 13th job: 0.52 s into the batch
+    pace.batch_over()
+    assert pace.size == int(CLAIM_WORK / 0.04) == 2
+
+
+def test_a_batch_of_short_jobs_within_line_hold_doubles_the_claim_up_to_the_cap():
+    now = [0.0]
+    pace = Pace(500, clock=lambda: now[0])
+    sizes = []
+    for _ in range(12):
+        pace.batch_started()
+        for _ in range(pace.size):
+            now[0] += 0.00002
+            assert pace.ran(0.00002)
+        pace.batch_over()
+        sizes.append(pace.size)
+    assert sizes[:9] == [2, 4, 8, 16, 32, 64, 128, 256, 500] and set(sizes[9:]) == {500}
 
 
 def test_a_running_job_is_past_its_deadline_only_after_the_grace():

@@ -7,7 +7,7 @@ import pytest
 from jobq.store.sql.fragments import DEAD_LETTER_COLUMNS, JOB_COLUMNS
 from jobq.errors import InvalidArgument
 from jobq.job import DeadLetter, Job
-from jobq.spec import JobSpec, parse_rows, parse_spec, parse_specs
+from jobq.spec import JobSpec, parse_rows, parse_spec, parse_specs, storable_json
 
 pytestmark = pytest.mark.unit
 
@@ -208,3 +208,10 @@ def test_a_payload_that_contains_itself_is_refused():
         parse_rows([{"type": "t"}, {"type": "t", "payload": payload}])
     assert caught.value.field == "jobs[1].payload" and "Circular" in caught.value.message
     assert parse_rows([{"type": "t", "payload": {"a": 1}}])[0][2].json_text == '{"a":1}'  # nothing left behind
+
+
+@pytest.mark.parametrize("value", [None, {}, [], 0, "x", {"a": [1, None, "é"]}])
+def test_storable_json_is_the_compact_json_of_the_value(value):
+    """A handler's result as stored: None (most handlers' result, taken without an
+    encoder) is JSON null like the rest."""
+    assert storable_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -11,6 +11,7 @@ from jobq.store.sql.workers import (
     WORKER_DELETE,
     WORKER_DELETE_IF_STALE,
     WORKER_HEARTBEAT,
+    WORKER_LOCK_BUDGET,
     WORKER_REGISTER,
 )
 from jobq.store.connections import Connection
@@ -47,6 +48,12 @@ def beat(conn: Connection, worker_id: str, current_job_id: int | None, jobs_done
         WORKER_HEARTBEAT, {"id": worker_id, "current_job_id": current_job_id, "jobs_done": jobs_done}
     )
     return cur.rowcount == 1
+
+
+def lock_budget(conn: Connection, worker_id: str) -> int:
+    """How many jobs a worker may hold claimed now, by the server's lock table
+    (WORKER_LOCK_BUDGET): its claims never take more."""
+    return int(conn.execute(WORKER_LOCK_BUDGET, {"id": worker_id}).fetchone()[0])
 
 
 def leave(conn: Connection, worker_id: str) -> None:

@@ -32,7 +32,7 @@ from jobq.store.keepalive import CHECK_INTERVAL, dead_connection_parameters, ser
 from jobq.store.sql.counters import COUNTER_SLOT_TAKE
 from jobq.store.sql.database import DATABASE_PING
 from jobq.store.options import with_search_path, with_statement_timeout
-from jobq.store import foreign, session_settings
+from jobq.store import foreign, jsonb, session_settings
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
@@ -123,21 +123,23 @@ class _Connection(psycopg.Connection[Any]):
     """A psycopg connection that connects without ``client_connection_check_interval``
     where the server refuses it (PostgreSQL 13 and older, a server platform that
     cannot report a closed socket), saying so once per connection string; the
-    keepalives still apply there."""
+    keepalives still apply there. It reads json and jsonb with :mod:`jobq.store.jsonb`."""
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> _Connection:  # type: ignore[override]
         if conninfo in _refuses_check_interval:
             kwargs["options"] = _without_check_interval(kwargs.get("options", ""))
         try:
-            return super().connect(conninfo, **kwargs)
+            conn = super().connect(conninfo, **kwargs)
         except psycopg.OperationalError as exc:
             if CHECK_INTERVAL not in str(exc) or CHECK_INTERVAL not in kwargs.get("options", ""):
                 raise
             _refuses_check_interval.add(conninfo)
             log.warning("db.check_interval_refused setting=%s error=%s", CHECK_INTERVAL, first_line(exc))
             kwargs["options"] = _without_check_interval(kwargs["options"])
-            return super().connect(conninfo, **kwargs)
+            conn = super().connect(conninfo, **kwargs)
+        jsonb.use_for(conn)
+        return conn
 
 
 def _without_check_interval(options: str) -> str:

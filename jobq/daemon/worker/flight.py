@@ -53,9 +53,7 @@ from jobq.handlers import context
 from jobq.handlers.context import Progress
 from jobq.handlers.execution import RunResult
 from jobq.jobs.leases import Claim
-
-DEFER_RUNNING = 0.05  # a job running longer than this is marked running, and its batch handed back
-FLUSH_AFTER = 0.005  # seconds an outcome may wait in the buffer while the batch goes on
+from jobq.daemon.worker.pacing import DEFER_RUNNING, FLUSH_AFTER
 
 
 class Stage(enum.Enum):

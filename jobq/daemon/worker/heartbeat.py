@@ -124,6 +124,7 @@ class Heartbeat(threading.Thread):
             if not presence.beat(conn, self.worker_id, now.running, now.recorded):
                 self.announce(conn)
                 presence.declare(conn, self.worker_id, declarations.hashes())
+            self.session.lock_budget = presence.lock_budget(conn, self.worker_id)
             return leases.heartbeat(conn, now.held).result() if now.held else set()
 
         lost = self.session.run(write)

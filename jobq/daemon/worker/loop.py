@@ -44,7 +44,8 @@ from jobq.daemon.worker.registration import BootFailure
 from jobq.handlers import coroutines, execution
 from jobq.observe import tracing
 from jobq.daemon import messages
-from jobq.daemon.worker.flight import DEFER_RUNNING, Flight, InFlight, Outcome
+from jobq.daemon.worker.flight import Flight, InFlight, Outcome
+from jobq.daemon.worker.pacing import Pace
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.worker.heartbeat import Heartbeat
 from jobq.daemon.worker.lifeline import Lifeline
@@ -66,15 +67,6 @@ log = logging.getLogger(__name__)
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
-SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
-
-
-def next_size(size: int, *, all_short: bool, cap: int) -> int:
-    """The size of the next claim after a batch of ``size``: it doubles while every job
-    of a batch ran shorter than SHORT_JOB, and drops to 1 when one ran longer (a job
-    that runs DEFER_RUNNING seconds is marked running and the jobs waiting behind it go
-    back to the queue, so that no idle worker waits behind a long job)."""
-    return min(size * 2, cap) if all_short else 1
 
 
 def worker_name(hostname: str, pid: int, token: str) -> str:
@@ -116,7 +108,7 @@ class WorkerLoop:
         self.stopping = threading.Event()
         self.stop_reason = ""
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
-        self.batch_size = 1
+        self.pace = Pace(settings.claim_batch)  # the claim size (jobq.daemon.worker.pacing)
         # Set by exchange for wait_for_work: whether the last claim found fewer jobs than
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
@@ -298,17 +290,18 @@ class WorkerLoop:
 
     def run_batch(self) -> None:
         """Run the jobs in line, one at a time, each outcome into the buffer (written
-        when due); then give back what a stop left in line."""
-        all_short = True
+        when due); then give back what a stop, or a batch that ran too long, left in line."""
+        self.pace.batch_started()
         while not self.stopping.is_set() and (flight := self.next_job()) is not None:
             outcome = self.run_one(flight)
             self.in_flight.buffer(outcome)
-            all_short = all_short and outcome.result.seconds < SHORT_JOB
             if self.in_flight.due():
                 self.outcomes.write(self.session)
+            if not self.pace.ran(outcome.result.seconds):
+                break
         self.session.give_back(self.in_flight.take_waiting())
         self.in_flight.batch_over()  # new claims never take cancelled jobs or paused queues
-        self.batch_size = next_size(self.batch_size, all_short=all_short, cap=self.settings.claim_batch)
+        self.pace.batch_over()
 
     def next_job(self) -> Flight | None:
         """The next job of the batch, started, after giving back those an operator
@@ -347,7 +340,7 @@ class WorkerLoop:
         jobs than it asked for, the seconds until the next due job are asked in the same
         round trip, for the wait that probably follows (wait_for_work)."""
         self.queues.refresh(self.session)
-        limit = self.batch_size
+        limit = min(self.pace.size, self.session.lock_budget)
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
         ask_next = self.last_claim_short

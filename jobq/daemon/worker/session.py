@@ -17,7 +17,7 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -26,6 +26,7 @@ from jobq.jobs import leases
 from jobq.store import connections
 from jobq.jobs.leases import Claim
 from jobq.limits import claims as limited
+from jobq.daemon import presence
 from jobq.daemon.worker.flight import InFlight
 from jobq.errors import DatabaseUnavailable
 
@@ -36,6 +37,7 @@ T = TypeVar("T")
 # An error that may be a lost connection that libpq has not noticed yet is retried on a
 # new connection this many times in one call, then taken for an error of the statement.
 UNSURE_RETRIES = 3
+SUSPECT_POLL = 0.001  # seconds: check_if_suspect polls the socket at most this often
 
 
 def connection_lost(exc: psycopg.Error) -> bool:
@@ -71,6 +73,13 @@ class ClaimSession:
         self.answered_sent = time.monotonic()
         # Told of jobs whose lease a reconnect found changed (the worker's lifeline).
         self.on_lost: Callable[[int, str], object] = lambda job_id, reason: None
+        # check_if_suspect's poll of the connection's socket: (fd, poll object) of the last
+        # connection polled, made again for a new one (half the cost of a select a job).
+        self._polled: tuple[int, Any] | None = None
+        self._polled_at = 0.0  # monotonic
+        # How many jobs the worker may hold claimed (jobq.daemon.presence.lock_budget):
+        # read on every connect, and again by the heartbeat.
+        self.lock_budget = 1
 
     def connect(self) -> None:
         """Open the connection (with a counter slot of its own, :func:`jobq.store.connections.connect_counting`),
@@ -85,6 +94,7 @@ class ClaimSession:
                 self.conn = connections.connect_counting(self.url, application_name=name, lock_base=self.lock_base)
                 with connections.database_errors():
                     self.conn.execute(CLAIM_SESSION_PLANNER)
+                    self.lock_budget = presence.lock_budget(self.conn, self.worker_id)
                 return
             except DatabaseUnavailable as exc:
                 if self.stopping.is_set():
@@ -141,14 +151,31 @@ class ClaimSession:
         supervisor's reaper gave back meanwhile is not started. A poll of the socket
         without the session lock (the heartbeat thread may be writing outcomes: a job's
         start never waits for that), a round trip only when it says so (or when the
-        heartbeat's own answer was on its way: a harmless extra round trip)."""
+        heartbeat's own answer was on its way: a harmless extra round trip). At most
+        one poll every SUSPECT_POLL seconds (a poll is a system call: a job of short ones
+        costs less than it): a session the server ended shows as readable as soon as
+        the server goes down, long before its restart lets any reaper in, and a job
+        shorter than SUSPECT_POLL is all that may start meanwhile."""
+        now = time.monotonic()
+        if now - self._polled_at < SUSPECT_POLL:
+            return
+        self._polled_at = now
         conn = self.conn
         try:
-            readable = conn is None or conn.closed or bool(select.select([conn.fileno()], [], [], 0)[0])
+            readable = conn is None or conn.closed or bool(self._poll(conn.fileno()))
         except (OSError, ValueError):  # closed by the other thread meanwhile
             readable = True
         if readable:
             self.run(lambda c, _: c.execute("SELECT 1"))
+
+    def _poll(self, fd: int) -> list[tuple[int, int]]:
+        """What the socket ``fd`` has to say now (empty: nothing), without waiting."""
+        polled = self._polled
+        if polled is None or polled[0] != fd:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            self._polled = polled = (fd, poller)
+        return polled[1].poll(0)
 
     def dead_for(self) -> float:
         """Seconds since the last call that went through was sent (no later than the

@@ -38,6 +38,17 @@ WORKER_HEARTBEAT = (
     "WHERE id = %(id)s"
 )
 
+# WORKER_LOCK_BUDGET: how many jobs one worker may hold claimed, by the advisory locks
+# they take (one each, held until the outcome): half of the server's lock table
+# (max_locks_per_transaction slots per connection, shared by every database of the
+# server) over the workers registered on this database, this one counted whether or not
+# it has registered yet (a table of a few rows per worker process, seq scan). Past the table, every session of the server gets "out of
+# shared memory"; the other half is left for everything else.
+WORKER_LOCK_BUDGET = (
+    "SELECT current_setting('max_locks_per_transaction')::int8 * (current_setting('max_connections')::int8 "
+    "+ current_setting('max_prepared_transactions')::int8) / 2 / (1 + (SELECT count(*) FROM workers WHERE id <> %(id)s))"
+)
+
 # WORKER_DELETE: a worker leaving cleanly removes its row.
 WORKER_DELETE = "DELETE FROM workers WHERE id = %(id)s"
 

@@ -1,0 +1,74 @@
+"""How many jobs a worker claims at a time, how long it may keep a line of them, and
+how long their outcomes wait to be written.
+
+A claim is one round trip, and the outcomes of a batch are one more: the larger the
+batch of short jobs, the less each job pays for them (a drain of noop jobs runs about
+a third faster at 500 than at 50, benchmark/README.md). But every job a worker holds
+in line is one an idle peer cannot start. So the size follows the jobs:
+
+- it starts at 1 and doubles after a batch whose jobs all ran shorter than SHORT_JOB,
+  up to the cap (``JOBQ_CLAIM_BATCH``) and to as many jobs as the last batch's took
+  CLAIM_WORK seconds to run: noop jobs grow to the cap, 1 ms jobs to about 100, 20 ms
+  jobs to 5;
+- it drops to 1 after a job that ran longer (such a job is marked running at
+  DEFER_RUNNING, and the jobs waiting behind it go back to the queue);
+- a batch that has run for LINE_HOLD seconds gives back the jobs still in its line,
+  when the jobs turned out slower than the last batch's (each shorter than
+  DEFER_RUNNING, so none was marked running): no line is held for long whatever the
+  cap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+DEFER_RUNNING = 0.05  # a job running longer than this is marked running, and its batch handed back
+# Seconds an outcome may wait in the buffer while the batch goes on. Each write is a
+# commit the worker waits for: at 5 ms a batch of 500 noop jobs (about 15 ms) waited for
+# three, at 20 ms for one (with its next claim). What it costs: after a whole host is
+# lost, up to 20 ms of its finished jobs run again (a worker's death alone loses none:
+# the finished area), and a job's outcome shows up to 20 ms after its handler returned.
+FLUSH_AFTER = 0.02
+SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
+CLAIM_WORK = 0.1  # seconds of handler time a claim may hold in line, judged by the last batch
+LINE_HOLD = 0.5  # seconds a batch may run before the jobs still in its line go back
+
+
+def next_size(size: int, *, ran: int, seconds: float, all_short: bool, cap: int) -> int:
+    """The size of the next claim after a batch of ``size`` whose ``ran`` jobs took
+    ``seconds`` of handler time (see the module's docstring)."""
+    if not all_short:
+        return 1
+    grown = min(size * 2, cap)
+    if ran and seconds > 0:
+        return max(1, min(grown, int(CLAIM_WORK * ran / seconds)))
+    return grown
+
+
+class Pace:
+    """The claim size of one worker, and the clock of the batch it runs."""
+
+    __slots__ = ("cap", "size", "_clock", "_started", "_ran", "_seconds", "_all_short")
+
+    def __init__(self, cap: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cap = cap
+        self._clock = clock
+        self.size = 1
+        self._started = 0.0
+        self._ran, self._seconds, self._all_short = 0, 0.0, True
+
+    def batch_started(self) -> None:
+        self._started = self._clock()
+        self._ran, self._seconds, self._all_short = 0, 0.0, True
+
+    def ran(self, seconds: float) -> bool:
+        """Count a job of the batch that ran ``seconds``; whether the batch may go on
+        (False once it has run LINE_HOLD seconds: give back what is in line)."""
+        self._ran += 1
+        self._seconds += seconds
+        self._all_short = self._all_short and seconds < SHORT_JOB
+        return self._clock() - self._started < LINE_HOLD
+
+    def batch_over(self) -> None:
+        self.size = next_size(self.size, ran=self._ran, seconds=self._seconds, all_short=self._all_short, cap=self.cap)
