@@ -27,19 +27,24 @@
 --     parents summed: a batch of 50 middle steps writes 1 row, not 50), applied at
 --     commit as in schema 21, children locked in (workflow, name) order.
 --   * whether this transaction has tally rows not yet applied (a round open) is the
---     transaction-local setting jobq.tally_open (set by jobq_workflow_owe, cleared by the
---     apply that takes the rows) instead of a probe of the tally; the release's fast path
---     probes the tally only while a round is open. A savepoint rolled back takes its
---     settings back with its rows and its events.
+--     transaction-local setting jobq.tally_open (turned on by the row that opens a round,
+--     off by the apply's DELETE: two small triggers on the tally) instead of a probe of
+--     the tally; the fast path probes the tally only while a round is open. A savepoint
+--     rolled back takes its settings back with its rows and its events.
+-- jobq.finishing is cleared by the statement trigger of the statement that set it: no
+-- trigger of jobq's updates or deletes jobs while a statement's rows are being written
+-- (the spawn's BEFORE UPDATE trigger only inserts), so no nested statement can take it.
+-- The release of a fan-out's 10,000 children is one UPDATE as in schema 21 (the move of
+-- 10,000 rows from jobs_waiting to jobs_live is most of it, and no trigger of it runs
+-- per row: jobq.releasing keeps jobs_leaving_unfinished's WHEN false).
 -- What is decided, and under which lock, is schema 21's: "last" under the child's row
 -- lock, in the parent's transaction and under its lease (a stale worker's write matches
 -- no row: nothing moves, nothing is settled). Waiters' notifications (jobq_finished)
 -- are sent by the same statement-level triggers.
 
--- This transaction's tally: each child owed its settled parents (negative: spawned
--- parents to wait for too), a failure's reason. The first row inserted while no round is
--- open opens one (opens_round: the deferred apply's event, schema 21), and the setting
--- jobq.tally_open says so until the apply takes the rows.
+-- This transaction's tally: each child owed its settled parents, a failure's reason.
+-- The first row inserted while no round is open opens one (opens_round: the deferred
+-- apply's event, schema 21).
 CREATE FUNCTION jobq_workflow_owe(p_workflows bigint[], p_children text[], p_settled integer[], p_failures text[])
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -48,11 +53,25 @@ BEGIN
     INSERT INTO jobq_workflow_tally (workflow_id, child, settled, failure, opens_round)
     SELECT o.workflow_id, o.child, o.settled, o.failure, NOT open AND o.i = 1
     FROM unnest(p_workflows, p_children, p_settled, p_failures) WITH ORDINALITY AS o(workflow_id, child, settled, failure, i);
-    IF NOT open THEN
-        PERFORM set_config('jobq.tally_open', 'on', true);
-    END IF;
 END
 $$;
+
+-- The setting jobq.tally_open is on exactly while this transaction has a round open: a
+-- row that opens one turns it on (whoever inserts it: jobq_workflow_owe, or schema 21's
+-- jobs_spawn_with_outcome, whose own test of the tally opens rounds the same way), and
+-- the apply's DELETE, which takes every row of the transaction, turns it off (a cascade's
+-- settlements, made while the apply runs, open the next round). Nothing else deletes
+-- from the tally (TRUNCATE fires neither).
+CREATE FUNCTION jobq_workflow_tally_round() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('jobq.tally_open', CASE WHEN TG_OP = 'INSERT' THEN 'on' ELSE 'off' END, true);
+    RETURN NEW;  -- the row, inserted as it is (NULL, and ignored, for the statement's trigger)
+END
+$$;
+CREATE TRIGGER jobq_workflow_tally_opened BEFORE INSERT ON jobq_workflow_tally FOR EACH ROW WHEN (NEW.opens_round)
+    EXECUTE FUNCTION jobq_workflow_tally_round();
+CREATE TRIGGER jobq_workflow_tally_taken BEFORE DELETE ON jobq_workflow_tally FOR EACH STATEMENT
+    EXECUTE FUNCTION jobq_workflow_tally_round();
 
 -- Jobs that finished in one statement (p_outcomes: done, dead, cancelled, failed or
 -- deleted), given as arrays: the awaited ones notified (jobq.wait), the steps' edges
@@ -186,97 +205,3 @@ CREATE TRIGGER jobs_finished_after_delete AFTER DELETE ON jobs
     REFERENCING OLD TABLE AS old_jobs FOR EACH STATEMENT
     WHEN (current_setting('jobq.finishing', true) = 'on')
     EXECUTE FUNCTION jobs_finished_after_delete();
-
--- Schema 21's apply, but for its first line: the rows it takes close the round (the
--- setting cleared), so that a settlement made while it runs (a cancel's cascade) opens
--- the next one, applied in the same commit.
-CREATE OR REPLACE FUNCTION jobq_workflow_tally_apply() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    wfs bigint[];
-    children text[];
-    owed integer[];
-    failures text[];
-    to_cancel bigint[];
-    reasons text[];
-    release_wfs bigint[];
-    release_names text[];
-    released record;
-BEGIN
-    PERFORM set_config('jobq.tally_open', 'off', true);
-    WITH taken AS (DELETE FROM jobq_workflow_tally AS t WHERE t.xact = pg_current_xact_id()
-                   RETURNING t.workflow_id, t.child, t.settled, t.failure),
-    by_child AS (SELECT workflow_id, child, sum(settled)::integer AS settled, min(failure) AS failure
-                 FROM taken GROUP BY workflow_id, child)
-    SELECT array_agg(workflow_id ORDER BY workflow_id, child), array_agg(child ORDER BY workflow_id, child),
-           array_agg(settled ORDER BY workflow_id, child), array_agg(failure ORDER BY workflow_id, child)
-    INTO wfs, children, owed, failures FROM by_child;
-    PERFORM FROM jobq_workflow_steps AS s JOIN unnest(wfs, children) AS t(workflow_id, child)
-        ON s.workflow_id = t.workflow_id AND s.name = t.child
-    ORDER BY s.workflow_id, s.name FOR UPDATE OF s;
-    WITH counted AS (
-        UPDATE jobq_workflow_steps AS s SET parents_left = s.parents_left - t.owed
-        FROM unnest(wfs, children, owed, failures) AS t(workflow_id, child, owed, failure)
-        WHERE s.workflow_id = t.workflow_id AND s.name = t.child
-        RETURNING s.workflow_id, s.name, s.job_id, s.parents_left, s.on_parent_failure = 'cancel' AND t.failure IS NOT NULL
-                  AS cancelled, t.failure)
-    SELECT array_agg(job_id ORDER BY job_id) FILTER (WHERE cancelled),
-           array_agg(failure ORDER BY job_id) FILTER (WHERE cancelled),
-           array_agg(workflow_id) FILTER (WHERE parents_left = 0 AND NOT cancelled),
-           array_agg(name) FILTER (WHERE parents_left = 0 AND NOT cancelled)
-    INTO to_cancel, reasons, release_wfs, release_names FROM counted;
-    IF to_cancel IS NOT NULL THEN
-        WITH target AS (SELECT id FROM jobs WHERE id = ANY(to_cancel) AND status = 'waiting' ORDER BY id FOR UPDATE)
-        UPDATE jobs AS j SET status = 'cancelled', completed_at = now(), cancelled_by = 'jobq', error = r.reason
-        FROM target, unnest(to_cancel, reasons) AS r(id, reason)
-        WHERE j.id = target.id AND r.id = target.id AND j.status = 'waiting';
-    END IF;
-    FOR released IN SELECT r.workflow_id, array_agg(r.name) AS names
-                    FROM unnest(release_wfs, release_names) AS r(workflow_id, name)
-                    GROUP BY r.workflow_id ORDER BY r.workflow_id LOOP
-        PERFORM jobq_workflow_release(released.workflow_id, released.names);
-    END LOOP;
-    RETURN NULL;
-END
-$$;
-
--- Schema 21's spawn (the jobs a step's handler spawned, written with its successful
--- outcome, each a new parent of the step's children not yet released), its children's
--- counts raised through jobq_workflow_owe: the round it opens is known to the setting,
--- so that the step's own settlement, later in the same statement, releases none of them
--- early.
-CREATE OR REPLACE FUNCTION jobs_spawn_with_outcome() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    parent_name text;
-    spawned jsonb := NEW.result->'jobq:spawn';
-    children text[];
-    n integer;
-BEGIN
-    NEW.result := NEW.result->'jobq:result';
-    SELECT s.name INTO parent_name FROM jobq_workflow_steps AS s WHERE s.job_id = NEW.id;
-    IF NOT FOUND OR jsonb_typeof(spawned) <> 'array' THEN
-        RETURN NEW;
-    END IF;
-    WITH items AS MATERIALIZED (
-        SELECT parent_name || '.' || (i->>'name') AS name, nextval(pg_get_serial_sequence('jobs', 'id')) AS job_id, i
-        FROM jsonb_array_elements(spawned) AS i),
-    inserted AS (INSERT INTO jobs (id, type, queue, payload, priority, max_retries, run_at, tags, workflow_id)
-        SELECT job_id, i->>'type', i->>'queue', i->'payload', (i->>'priority')::smallint, (i->>'max_retries')::int,
-               coalesce((i->>'run_at')::timestamptz, now()),
-               (SELECT array_agg(t) FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(i->'tags') = 'array'
-                                                                 THEN i->'tags' END) AS t),
-               NEW.workflow_id
-        FROM items ORDER BY job_id),
-    steps AS (INSERT INTO jobq_workflow_steps (workflow_id, name, job_id, spawned_by)
-        SELECT NEW.workflow_id, name, job_id, parent_name FROM items),
-    children AS MATERIALIZED (SELECT e.child FROM jobq_workflow_edges AS e
-        WHERE e.workflow_id = NEW.workflow_id AND e.parent = parent_name AND e.outcome IS NULL),
-    edges AS (INSERT INTO jobq_workflow_edges (workflow_id, parent, child)
-        SELECT NEW.workflow_id, items.name, children.child FROM items, children)
-    SELECT (SELECT array_agg(child) FROM children), (SELECT count(*) FROM items) INTO children, n;
-    IF children IS NOT NULL THEN
-        PERFORM jobq_workflow_owe(array_fill(NEW.workflow_id, ARRAY[cardinality(children)]), children,
-                                  array_fill(-n, ARRAY[cardinality(children)]), array_fill(NULL::text, ARRAY[cardinality(children)]));
-    END IF;
-    RETURN NEW;
-END
-$$;
