@@ -87,7 +87,6 @@ RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
 AS $$
 DECLARE
-    released record;
     owed_wfs bigint[];
     owed_children text[];
     owed integer[];
@@ -140,11 +139,9 @@ BEGIN
         FROM (SELECT * FROM unnest(done_wfs, done_children, done_settled) AS d(workflow_id, child, settled)
               WHERE (d.workflow_id, d.child) NOT IN (SELECT * FROM unnest(release_wfs, release_names))) AS d;
     END IF;
-    FOR released IN SELECT r.workflow_id, array_agg(r.name) AS names
-                    FROM unnest(release_wfs, release_names) AS r(workflow_id, name)
-                    GROUP BY r.workflow_id ORDER BY r.workflow_id LOOP
-        PERFORM jobq_workflow_release(released.workflow_id, released.names);
-    END LOOP;
+    PERFORM jobq_workflow_release(w.workflow_id, w.names)
+    FROM (SELECT r.workflow_id, array_agg(r.name) AS names FROM unnest(release_wfs, release_names) AS r(workflow_id, name)
+          GROUP BY r.workflow_id ORDER BY r.workflow_id) AS w;
     IF owed_children IS NOT NULL THEN
         PERFORM jobq_workflow_owe(owed_wfs, owed_children, owed, failures);
     END IF;
