@@ -34,6 +34,10 @@
 -- jobq.finishing is cleared by the statement trigger of the statement that set it: no
 -- trigger of jobq's updates or deletes jobs while a statement's rows are being written
 -- (the spawn's BEFORE UPDATE trigger only inserts), so no nested statement can take it.
+-- Statement-level triggers are jobs' own: a DELETE aimed at a partition itself (DELETE
+-- FROM jobs_live ...) fires none of them and settles nothing, where schema 15's row
+-- trigger fired on the partition. jobq writes only to jobs; so must raw SQL that
+-- deletes steps.
 -- The release of a fan-out's 10,000 children is one UPDATE as in schema 21 (the move of
 -- 10,000 rows from jobs_waiting to jobs_live is most of it, and no trigger of it runs
 -- per row: jobq.releasing keeps jobs_leaving_unfinished's WHEN false).
