@@ -4,9 +4,9 @@ workflow run's ``wait`` uses).
 
 Woken by a notification, not by polling: a waiter marks the jobs it waits for
 (``awaited``, JOB_AWAIT_IF_UNFINISHED, which also says which are unfinished), and the
-row trigger of migration 0015 announces such a job's end on ``jobq_finished``. A job
-nobody waits for is announced to nobody: the trigger's WHEN reads the old row only,
-so a queue without waiters pays nothing. One listening connection per process and
+triggers of migration 0022 announce such a job's end on ``jobq_finished``, at the end
+of the statement that finished it. A job nobody waits for is announced to nobody: the
+row trigger's WHEN reads the old row only, so a queue without waiters pays nothing. One listening connection per process and
 database (:class:`FinishedListener`, a thread) serves every waiter of the process; a
 waiter holds no pooled connection while it waits (the API's ``GET /jobs/{id}?wait=N``
 relies on that). A waiter checks again every :data:`RECHECK` seconds all the same,

@@ -2,12 +2,13 @@
 one statement), the reads of a run, the list, and the operator's cancel and retry of a
 whole workflow; and a waiter's registration of interest in a job's end.
 
-The release of a step is not here: it is the database's, in the row trigger of
-migration 0015 (``jobs_left_unfinished`` -> ``jobq_workflow_settle`` ->
-``jobq_workflow_release``), fired by whatever statement moves a parent out of the
-unfinished partitions, inside that statement's transaction; since migration 0021 a
-child that is not released there (it has other parents, or is cancelled) is counted at
-that transaction's commit (``jobq_workflow_tally`` and its deferred trigger).
+The release of a step is not here: it is the database's, in the statement-level
+triggers of migration 0022 (``jobs_finished_after_update`` / ``_after_delete`` ->
+``jobq_workflow_finished`` -> ``jobq_workflow_release``), fired at the end of whatever
+statement moves parents out of the unfinished partitions (marked by the row trigger
+``jobs_leaving_unfinished``), inside that statement's transaction; a child that is not
+released there (it has other parents, or is cancelled) is counted at that transaction's
+commit (migration 0021's ``jobq_workflow_tally`` and its deferred trigger).
 
 Run by :mod:`jobq.workflows` (submission, runs, operations, waiting).
 """
@@ -166,8 +167,8 @@ WORKFLOW_DELETE_WITHOUT_JOBS = (
     "ORDER BY w.id LIMIT %(batch)s)"
 )
 
-# JOB_AWAIT_IF_UNFINISHED: a waiter's interest in some jobs' end: the row trigger
-# jobs_left_unfinished notifies 'jobq_finished' with the id when such a job finishes
+# JOB_AWAIT_IF_UNFINISHED: a waiter's interest in some jobs' end: the trigger
+# jobs_finished_after_update (or _after_delete) notifies 'jobq_finished' with the id when such a job finishes
 # (or is deleted). Primary-key probes; returns the ids still unfinished.
 JOB_AWAIT_IF_UNFINISHED = (
     "UPDATE jobs SET awaited = true WHERE id = ANY(%(ids)b::bigint[]) AND status IN " + UNFINISHED + " "

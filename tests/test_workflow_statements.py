@@ -1,0 +1,118 @@
+"""A statement's finished steps are settled together (migration 0022): statement-level
+triggers read the statement's transition tables, once per statement; a job outside any
+workflow calls none of their functions; a batch that finishes every parent of a child
+releases it for the claim in the same transaction; a child is owed one tally row per
+statement, however many of its parents the statement finished; a savepoint rolled back
+takes its tally rows and its round with it."""
+
+import psycopg
+import pytest
+
+import jobq
+from jobq.jobs import leases
+from support.db import scalar
+
+pytestmark = [pytest.mark.db, pytest.mark.workflows]
+
+WORKFLOW_FUNCTIONS = ("jobs_leaving_unfinished", "jobs_finished_after_update", "jobq_workflow_finished")
+
+
+def _claim(conn, n: int) -> list:
+    claimed = leases.claim(conn, ["default"], worker_id="test:1:w", limit=n, lock_base=0).result()
+    assert len(claimed) == n
+    return claimed
+
+
+def _complete(conn, claims: list) -> None:
+    rejected = leases.complete(conn, claims, ['{"ok": true}'] * len(claims), [0.0] * len(claims), lock_base=0).result()
+    assert rejected == set()
+
+
+def _calls(conn) -> dict[str, int]:
+    """Calls of each trigger function in this transaction so far (track_functions)."""
+    return dict(conn.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions").fetchall())
+
+
+def test_a_job_outside_any_workflow_calls_no_workflow_function_on_its_outcome(conn):
+    jobq.enqueue_many([{"type": "wf_step"}] * 5, conn=conn)
+    wf = jobq.Workflow()
+    wf.add("wf_step", name="child", after=[wf.add("wf_step", name="parent")])
+    with psycopg.connect(conn.info.dsn) as session:
+        session.execute("SET track_functions = 'all'")
+        _complete(session, _claim(session, 5))
+        calls = _calls(session)
+        assert calls.get("jobs_counts_after_update", 0) >= 1  # the counters' trigger is seen: tracking works
+        assert not set(WORKFLOW_FUNCTIONS) & set(calls)
+        session.commit()
+        wf.enqueue(conn=session)
+        session.commit()
+        _complete(session, _claim(session, 1))
+        calls = _calls(session)
+        assert {name: calls.get(name) for name in WORKFLOW_FUNCTIONS} == dict.fromkeys(WORKFLOW_FUNCTIONS, 1)
+        session.commit()
+
+
+def test_one_statement_finishing_every_parent_of_a_child_releases_it_for_the_same_transactions_claim(conn):
+    wf = jobq.Workflow()
+    parents = [wf.add("wf_step", name=f"p{i}") for i in range(3)]
+    child = wf.add("wf_step", name="child", after=parents)
+    run = wf.enqueue(conn=conn)
+    with psycopg.connect(conn.info.dsn) as session:
+        held = _claim(session, 3)
+        session.commit()
+        _complete(session, held)
+        (claimed,) = _claim(session, 1)
+        assert claimed.job_id == run.jobs[child].id
+        assert scalar(session, "SELECT count(*) FROM jobq_workflow_tally") == 0
+        session.commit()
+    released = jobq.get(run.jobs[child].id, conn=conn)
+    assert released.status == "claimed"
+    assert released.parent_results == {p: {"ok": True} for p in parents}
+    assert scalar(conn, "SELECT parents_left FROM jobq_workflow_steps WHERE name = 'child'") == 0
+
+
+def test_a_statement_owes_a_fan_in_one_tally_row_however_many_parents_it_finished(conn):
+    wf = jobq.Workflow()
+    parents = [wf.add("wf_step", name=f"p{i}") for i in range(10)]
+    wf.add("wf_step", name="sink", after=parents)
+    wf.enqueue(conn=conn)
+    with psycopg.connect(conn.info.dsn) as session:
+        held = _claim(session, 10)
+        session.commit()
+        _complete(session, held[:6])
+        assert session.execute("SELECT child, settled FROM jobq_workflow_tally").fetchall() == [("sink", 6)]
+        assert scalar(conn, "SELECT parents_left FROM jobq_workflow_steps WHERE name = 'sink'") == 10
+        session.commit()
+        assert scalar(conn, "SELECT parents_left FROM jobq_workflow_steps WHERE name = 'sink'") == 4
+        _complete(session, held[6:])
+        session.commit()
+    assert scalar(conn, "SELECT status FROM jobs JOIN jobq_workflow_steps ON job_id = id WHERE name = 'sink'") == "pending"
+    assert scalar(conn, "SELECT count(*) FROM jobq_workflow_tally") == 0
+
+
+def test_a_savepoint_rolled_back_takes_its_tally_rows_and_its_round_with_it(conn):
+    # The round a transaction has open is a transaction-local setting: rolled back with
+    # the savepoint, as the tally row and the deferred event are. Were it left on, the
+    # second settlement would open no round: its row would never be applied, and the
+    # child's count would stay at 2.
+    wf = jobq.Workflow()
+    a, b = wf.add("wf_step", name="a"), wf.add("wf_step", name="b")
+    child = wf.add("wf_step", name="child", after=[a, b])
+    run = wf.enqueue(conn=conn)
+    with psycopg.connect(conn.info.dsn) as session:
+        held = {claim.job_id: claim for claim in _claim(session, 2)}
+        session.commit()
+        first, second = held[run.jobs[a].id], held[run.jobs[b].id]
+        session.execute("SAVEPOINT before")
+        _complete(session, [first])
+        assert scalar(session, "SELECT count(*) FROM jobq_workflow_tally") == 1
+        session.execute("ROLLBACK TO SAVEPOINT before")
+        assert scalar(session, "SELECT count(*) FROM jobq_workflow_tally") == 0
+        _complete(session, [first])
+        session.commit()
+        assert scalar(conn, "SELECT parents_left FROM jobq_workflow_steps WHERE name = 'child'") == 1
+        assert scalar(conn, "SELECT count(*) FROM jobq_workflow_tally") == 0
+        _complete(session, [second])
+        (claimed,) = _claim(session, 1)
+        assert claimed.job_id == run.jobs[child].id
+        session.commit()
