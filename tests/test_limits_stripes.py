@@ -115,3 +115,13 @@ def test_slots_taken_without_a_stripe_count_whole_when_the_queue_gets_a_limit(co
     assert len(claim(a, lock_base, worker="a")) == 1
     complete(a, keyed, lock_base)
     assert len(claim(a, lock_base, worker="a")) == 3
+
+
+def test_a_claim_of_a_limited_queue_and_one_without_limits_takes_from_both(conn, sessions, lock_base):
+    """No rule on keys: each queue's jobs are claimed by one statement, the limited
+    queue's as many as its places, the other's (no row in jobq_queues) all of them,
+    without slots."""
+    jobq.enqueue_many([{"type": "noop"}] * 5 + [{"type": "noop", "queue": "other"}] * 3, conn=conn)
+    jobq.set_queue_limits("default", concurrency=2, conn=conn)
+    taken = limited.claim(sessions(), ["default", "other"], worker_id="a", limit=50, lock_base=lock_base).result()
+    assert sorted((c.job.queue, c.slotted) for c in taken) == [("default", True)] * 2 + [("other", False)] * 3

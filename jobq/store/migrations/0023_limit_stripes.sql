@@ -158,7 +158,7 @@ BEGIN
         -- No rule on keys, no rate, not fair: every due job the queue's slots allow is
         -- taken, in claim order, by one statement as the plain claim's (its candidates
         -- locked SKIP LOCKED as read: claims of different stripes take different jobs).
-        IF NOT has_rules AND qrow.rate_count IS NULL AND NOT qrow.fair THEN
+        IF NOT has_rules AND qrow.rate_count IS NULL AND NOT coalesce(qrow.fair, false) THEN  -- no row: no limit
             CONTINUE WHEN queue_free <= 0;
             stamp := clock_timestamp();  -- one claimed_at for the claim, as below
             RETURN QUERY
