@@ -139,8 +139,8 @@ BEGIN
                 FROM (SELECT coalesce(l.stripe, -1)::integer AS stripe, count(*)::integer AS n
                       FROM jobq_limit_slots AS l WHERE l.queue = q GROUP BY 1) AS u;
                 slot_stripes := ARRAY(SELECT h.s FROM unnest(held) WITH ORDINALITY AS h(s, i),
-                    LATERAL generate_series(1, qrow.concurrency / stripes + (h.s < qrow.concurrency % stripes)::integer
-                                               - coalesce(use_n[array_position(use_s, h.s)], 0))
+                    LATERAL generate_series(1, least(queue_free, qrow.concurrency / stripes
+                        + (h.s < qrow.concurrency % stripes)::integer - coalesce(use_n[array_position(use_s, h.s)], 0)))
                     ORDER BY h.i LIMIT greatest(queue_free, 0));
                 queue_free := least(queue_free, cardinality(slot_stripes),
                     qrow.concurrency - coalesce((SELECT sum(x) FROM unnest(use_n) AS x), 0)::integer);
