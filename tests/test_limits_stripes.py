@@ -11,17 +11,10 @@ import pytest
 import jobq
 from jobq.jobs import leases
 from jobq.limits import claims as limited
-from jobq.store import locks
+from support.claims import LOCK_BASE, complete_freeing_slots
 from support.db import scalar
 
 pytestmark = [pytest.mark.db, pytest.mark.limits]
-
-
-@pytest.fixture
-def lock_base():
-    from jobq.settings import Settings
-
-    return locks.key(Settings.from_env({}).advisory_namespace, 0)
 
 
 @pytest.fixture
@@ -39,18 +32,11 @@ def sessions(database_url):
         conn.close()
 
 
-def claim(conn, lock_base, *, worker: str, limit: int = 50) -> list[leases.Claim]:
-    return limited.claim(conn, ["default"], worker_id=worker, limit=limit, lock_base=lock_base).result()
+def claim(conn, *, worker: str, limit: int = 50) -> list[leases.Claim]:
+    return limited.claim(conn, ["default"], worker_id=worker, limit=limit, lock_base=LOCK_BASE).result()
 
 
-def complete(conn, claims, lock_base) -> None:
-    """The worker's outcome: done, and the slots freed, in one transaction."""
-    with conn.transaction():
-        limited.release_slots(conn, limited.slotted(claims))
-        leases.complete(conn, claims, ["{}"] * len(claims), [0.0] * len(claims), lock_base=lock_base).result()
-
-
-def test_claims_under_a_queue_limit_that_does_not_bind_do_not_wait_for_each_other(conn, sessions, lock_base):
+def test_claims_under_a_queue_limit_that_does_not_bind_do_not_wait_for_each_other(conn, sessions):
     """A's claim is not committed yet; B's claim of the same queue answers at once (a
     wait for any lock would fail it: lock_timeout), with other jobs than A's."""
     jobq.enqueue_many([{"type": "noop"}] * 40, conn=conn)
@@ -58,15 +44,15 @@ def test_claims_under_a_queue_limit_that_does_not_bind_do_not_wait_for_each_othe
     a, b = sessions(), sessions()
     b.execute("SET lock_timeout = '2s'")
     with a.transaction():
-        first = claim(a, lock_base, worker="a", limit=10)
+        first = claim(a, worker="a", limit=10)
         with b.transaction():
-            second = claim(b, lock_base, worker="b", limit=10)
+            second = claim(b, worker="b", limit=10)
     assert len(first) == len(second) == 10
     assert not {c.job_id for c in first} & {c.job_id for c in second}
     assert scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 20
 
 
-def test_claims_deciding_at_once_in_different_stripes_take_no_more_than_the_limit(conn, sessions, lock_base):
+def test_claims_deciding_at_once_in_different_stripes_take_no_more_than_the_limit(conn, sessions):
     """A limit of 20 is 16 stripes (2 places in the first four, 1 in the others): two
     claims open at the same time take places in stripes of their own (the second all
     but those of the stripes the first holds, which may keep one place unused), never
@@ -76,52 +62,52 @@ def test_claims_deciding_at_once_in_different_stripes_take_no_more_than_the_limi
     jobq.set_queue_limits("default", concurrency=20, conn=conn)
     a, b, c = sessions(), sessions(), sessions()
     with a.transaction():
-        first = claim(a, lock_base, worker="a", limit=5)
+        first = claim(a, worker="a", limit=5)
         with b.transaction():
-            second = claim(b, lock_base, worker="b", limit=50)
+            second = claim(b, worker="b", limit=50)
     assert len(first) == 5 and 14 <= len(second) <= 15
-    assert len(claim(c, lock_base, worker="c")) == 20 - 5 - len(second)
+    assert len(claim(c, worker="c")) == 20 - 5 - len(second)
     stripes = conn.execute("SELECT stripe, count(*) FROM jobq_limit_slots GROUP BY stripe").fetchall()
     assert len(stripes) == 16 and all(n == (2 if s < 4 else 1) for s, n in stripes)
-    assert claim(c, lock_base, worker="c") == []
-    complete(a, first, lock_base)
-    assert len(claim(c, lock_base, worker="c")) == 5
+    assert claim(c, worker="c") == []
+    complete_freeing_slots(a, first)
+    assert len(claim(c, worker="c")) == 5
     assert scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 20
 
 
-def test_a_lowered_queue_limit_starts_nothing_until_its_slots_are_under_it(conn, sessions, lock_base):
+def test_a_lowered_queue_limit_starts_nothing_until_its_slots_are_under_it(conn, sessions):
     jobq.enqueue_many([{"type": "noop"}] * 60, conn=conn)
     jobq.set_queue_limits("default", concurrency=32, conn=conn)
     a = sessions()
-    held = claim(a, lock_base, worker="a")
+    held = claim(a, worker="a")
     assert len(held) == 32
     jobq.set_queue_limits("default", concurrency=16, conn=conn)
-    complete(a, held[:16], lock_base)
-    assert claim(a, lock_base, worker="a") == []  # 16 in use: the limit, in stripes that were free
-    complete(a, held[16:17], lock_base)
-    assert len(claim(a, lock_base, worker="a")) == 1
+    complete_freeing_slots(a, held[:16])
+    assert claim(a, worker="a") == []  # 16 in use: the limit, in stripes that were free
+    complete_freeing_slots(a, held[16:17])
+    assert len(claim(a, worker="a")) == 1
 
 
-def test_slots_taken_without_a_stripe_count_whole_when_the_queue_gets_a_limit(conn, sessions, lock_base):
+def test_slots_taken_without_a_stripe_count_whole_when_the_queue_gets_a_limit(conn, sessions):
     """Jobs claimed under a rule on keys while their queue had no limit hold slots of no
     stripe; once the queue is limited to 4, a claim counts them all and takes one."""
     jobq.enqueue_many([{"type": "noop", "concurrency_key": f"tenant:{i}"} for i in range(3)], conn=conn)
     jobq.set_limit("tenant:*", concurrency=5, conn=conn)
     a = sessions()
-    keyed = claim(a, lock_base, worker="a")
+    keyed = claim(a, worker="a")
     assert len(keyed) == 3 and scalar(conn, "SELECT count(*) FROM jobq_limit_slots WHERE stripe IS NULL") == 3
     jobq.enqueue_many([{"type": "noop"}] * 10, conn=conn)
     jobq.set_queue_limits("default", concurrency=4, conn=conn)
-    assert len(claim(a, lock_base, worker="a")) == 1
-    complete(a, keyed, lock_base)
-    assert len(claim(a, lock_base, worker="a")) == 3
+    assert len(claim(a, worker="a")) == 1
+    complete_freeing_slots(a, keyed)
+    assert len(claim(a, worker="a")) == 3
 
 
-def test_a_claim_of_a_limited_queue_and_one_without_limits_takes_from_both(conn, sessions, lock_base):
+def test_a_claim_of_a_limited_queue_and_one_without_limits_takes_from_both(conn, sessions):
     """No rule on keys: each queue's jobs are claimed by one statement, the limited
     queue's as many as its places, the other's (no row in jobq_queues) all of them,
     without slots."""
     jobq.enqueue_many([{"type": "noop"}] * 5 + [{"type": "noop", "queue": "other"}] * 3, conn=conn)
     jobq.set_queue_limits("default", concurrency=2, conn=conn)
-    taken = limited.claim(sessions(), ["default", "other"], worker_id="a", limit=50, lock_base=lock_base).result()
+    taken = limited.claim(sessions(), ["default", "other"], worker_id="a", limit=50, lock_base=LOCK_BASE).result()
     assert sorted((c.job.queue, c.slotted) for c in taken) == [("default", True)] * 2 + [("other", False)] * 3
