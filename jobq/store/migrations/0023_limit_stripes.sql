@@ -18,6 +18,14 @@
 -- stripe's claim; it too keeps each stripe within its places. A claim also takes
 -- nothing while the queue's slots are C or more (a limit lowered: running jobs finish
 -- first, as before).
+--
+-- One statement. Without rules on keys, rates or fair turns, a queue's due jobs are
+-- claimed by one statement, as by the plain claim, their candidates locked SKIP LOCKED
+-- as read (claims no longer serialised would otherwise read the same first candidates,
+-- and all but one of them find those rows locked and take nothing).
+--
+-- The function is restated whole (0020's body with these changes: a migration never
+-- edits an earlier one); jobq_limit_release and the reaper's sweep are unchanged.
 
 ALTER TABLE jobq_limit_slots ADD COLUMN stripe smallint;
 
