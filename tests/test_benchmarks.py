@@ -133,3 +133,18 @@ def test_claim_ab_takes_turns_between_two_checkouts():
     report = run("claim_ab.py", str(BENCHMARK.parent), "--claims", "200", "--block", "50")
     assert report["claims"] == 200 and report["this_p50_ms"] > 0 and report["other_p50_ms"] > 0
     assert len(report["block_p50_difference_ms"]) == 4
+
+
+def test_limits_benchmark_drains_each_scenario_under_its_own_limits_only():
+    report = run("limits.py", "--jobs", "100", "--workers", "2", "--rounds", "2")
+    scenarios = report["scenarios"]
+    assert scenarios["unlimited"]["limits"] == []  # in every round, not only the first
+    assert scenarios["queue limit that never binds"]["limits"] == ["queue default"]
+    assert scenarios["100 keys at concurrency 1"]["limits"] == ["rule tenant:*"]
+    assert all(len(s["ratios"]) == 2 and s["ratio"] > 0 for s in scenarios.values())
+
+
+def test_limits_claim_benchmark_times_both_claims_in_each_scenario():
+    report = run("limits_claim.py", "--jobs", "300", "--size", "5", "--blocks", "1")
+    assert set(report["scenarios"]) == {"queue limit that never binds", "100 keys at concurrency 1", "rate that never binds"}
+    assert all(s["plain_ms"] > 0 and s["limited_ms"] > 0 for s in report["scenarios"].values())

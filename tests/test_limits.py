@@ -13,6 +13,7 @@ from jobq.jobs import leases
 from jobq.limits import claims as limited
 from jobq.limits.rates import Rate, parse_rate
 from jobq.store import locks
+from support.claims import complete_freeing_slots
 from support.db import scalar
 from support.waiting import wait_for
 
@@ -38,11 +39,6 @@ def claim(conn, lock_base, queues=("default",), limit=50) -> list[leases.Claim]:
     return limited.claim(conn, list(queues), worker_id="test", limit=limit, lock_base=lock_base).result()
 
 
-def complete(conn, claims, lock_base) -> None:
-    """The worker's outcome: done, and the slots freed, in one transaction."""
-    with conn.transaction():
-        limited.release_slots(conn, limited.slotted(claims))
-        leases.complete(conn, claims, ["{}"] * len(claims), [0.0] * len(claims), lock_base=lock_base).result()
 
 
 @pytest.mark.unit
@@ -104,7 +100,7 @@ def test_a_claim_of_fifty_takes_only_the_free_slots_of_its_queue(conn, session, 
     first = claim(session, lock_base)
     assert len(first) == 3 and all(c.slotted and c.locked for c in first)
     assert claim(session, lock_base) == []  # all 3 slots taken
-    complete(session, first[:2], lock_base)
+    complete_freeing_slots(session, first[:2])
     assert len(claim(session, lock_base)) == 2
     assert [q.in_use for q in jobq.queue_limits(conn=conn)] == [3]
 
@@ -126,7 +122,7 @@ def test_a_rate_limited_queue_starts_no_more_than_n_in_a_period(conn, session, l
     jobq.enqueue_many([{"type": "noop"}] * 10, conn=conn)
     jobq.set_queue_limits("default", rate="4/h", conn=conn)
     first = claim(session, lock_base)
-    complete(session, first, lock_base)
+    complete_freeing_slots(session, first)
     assert len(first) == 4 and not any(c.slotted for c in first)
     assert claim(session, lock_base) == []  # the hour's four starts are spent
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'pending' AND attempt = 0 AND snoozes = 0") == 6

@@ -45,6 +45,17 @@ def complete(conn: psycopg.Connection, claimed: Sequence[leases.Claim]) -> set[i
     )
 
 
+
+def complete_freeing_slots(conn: psycopg.Connection, claimed: Sequence[leases.Claim]) -> None:
+    """A worker's outcome of jobs claimed under limits (jobq.limits.claims): done, and
+    their slots freed, in one transaction."""
+    from jobq.limits import claims as limited
+
+    with conn.transaction():
+        limited.release_slots(conn, limited.slotted(claimed))
+        complete(conn, claimed)
+
+
 def fail(
     conn: psycopg.Connection, claimed: Sequence[leases.Claim], error: str = "boom", delay: float = 0.0
 ) -> tuple[list[leases.RecordedFailure], set[int]]:

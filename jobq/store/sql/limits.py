@@ -1,4 +1,4 @@
-"""Flow control (schema 20): the limits of queues (columns of jobq_queues) and the
+"""Flow control (schemas 20 and 23): the limits of queues (columns of jobq_queues) and the
 rules on concurrency keys (jobq_limits); the claim under limits (jobq_claim_limited,
 its slots in jobq_limit_slots, its starts in jobq_limit_starts), the release of a
 claim's slots with its outcome, and the reaper's sweep of slots whose holder is gone.
@@ -20,10 +20,12 @@ LIMITS_APPLY = (
     "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair))"
 )
 
-# JOB_CLAIM_LIMITED: the claim under limits, by jobq_claim_limited (migration 0020: the
-# queue's lock waited for, each key's tried, its slots and starts counted by statements
-# that start after those locks are held; a chosen row locked SKIP LOCKED). Returns
-# JOB_COLUMNS, whether the job's advisory lock was taken, and whether it holds a slot.
+# JOB_CLAIM_LIMITED: the claim under limits, by jobq_claim_limited (migration 0020, its
+# body replaced by 0023: a queue limited by concurrency alone is counted in stripes,
+# its lock taken shared and its stripes' locks tried; a rate or fair queue's lock
+# waited for; each key's tried; slots and starts counted by statements that start
+# after those locks are held; rows locked SKIP LOCKED). Returns JOB_COLUMNS, whether
+# the job's advisory lock was taken, and whether it holds a slot.
 JOB_CLAIM_LIMITED = (
     "SELECT " + ", ".join("(c.job)." + c.strip() for c in JOB_COLUMNS.split(",")) + ", c.locked, c.slotted "
     "FROM jobq_claim_limited(%(queues)b::text[], %(worker_id)s, %(limit)s, %(scan)s, %(lock_base)s) AS c"
