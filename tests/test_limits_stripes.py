@@ -11,6 +11,7 @@ import pytest
 import jobq
 from jobq.jobs import leases
 from jobq.limits import claims as limited
+from jobq.limits.gate import KEYED_CLAIM, Gate
 from support.claims import LOCK_BASE, complete_freeing_slots
 from support.db import scalar
 
@@ -111,3 +112,29 @@ def test_a_claim_of_a_limited_queue_and_one_without_limits_takes_from_both(conn,
     jobq.set_queue_limits("default", concurrency=2, conn=conn)
     taken = limited.claim(sessions(), ["default", "other"], worker_id="a", limit=50, lock_base=LOCK_BASE).result()
     assert sorted((c.job.queue, c.slotted) for c in taken) == [("default", True)] * 2 + [("other", False)] * 3
+
+
+class _Session:
+    """What Gate.claim_for asks of a worker's claim session: ``run(fn)`` on its connection."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    def run(self, call):
+        return call(self.conn, False)
+
+
+def test_while_a_rule_on_keys_exists_a_claim_under_limits_takes_at_most_keyed_claim(conn, sessions):
+    """Claims of up to 500 would let one worker take every key's free slot: with a rule
+    on keys, a claim under limits takes KEYED_CLAIM; with a queue limit alone, what it asks."""
+    jobq.enqueue_many([{"type": "noop", "concurrency_key": f"k:{i}"} for i in range(120)], conn=conn)
+    jobq.set_queue_limits("default", concurrency=1000, conn=conn)
+    session = sessions()
+    gate = Gate(every=0)
+    take = gate.claim_for(_Session(session), ["default"])
+    assert gate.limited and not gate.keyed
+    assert len(take(session, ["default"], worker_id="a", limit=60, lock_base=LOCK_BASE).result()) == 60
+    jobq.set_limit("k:*", concurrency=1, conn=conn)
+    take = gate.claim_for(_Session(session), ["default"])
+    assert gate.limited and gate.keyed and KEYED_CLAIM == 50
+    assert len(take(session, ["default"], worker_id="b", limit=500, lock_base=LOCK_BASE).result()) == KEYED_CLAIM

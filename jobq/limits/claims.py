@@ -31,13 +31,16 @@ SCAN_PER_CLAIM = 200
 
 def claim(
     conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int,
-    rate_opens_in: Callable[[float | None], None] | None = None,
+    rate_opens_in: Callable[[float | None], None] | None = None, most: int | None = None,
 ) -> Deferred[list[Claim]]:
     """Claim up to ``limit`` due jobs of ``queues`` that their queue's and their key's
     limits let start now (see :func:`jobq.jobs.leases.claim` for the rest of the
     contract). Jobs held back stay pending, untouched: no attempt, no snooze.
     ``rate_opens_in``, if given, is told (when the claim is read) the seconds until a
-    full rate of one of the queues lets a job start again (None: none is full)."""
+    full rate of one of the queues lets a job start again (None: none is full).
+    ``most``, if given, caps ``limit`` (jobq.limits.gate.KEYED_CLAIM)."""
+    if most is not None:
+        limit = min(limit, most)
     cur = conn.cursor()
     params = {
         "queues": list(queues), "worker_id": worker_id, "limit": limit,

@@ -19,6 +19,11 @@ from jobq.store.sql.limits import LIMITS_APPLY
 
 RECHECK_SECONDS = 1.0
 HELD_RECHECK_MAX = 0.4  # seconds: the longest an idle worker waits to look again at jobs held back
+# Most jobs a claim under limits takes while a rule on keys exists. A key's slot is held
+# until its batch's outcomes are written, so the workers that hold keys are the ones that
+# run: claims of up to 500 (JOBQ_CLAIM_BATCH) let one worker take every free key, and
+# 100 keys at concurrency 1 drained at 2,900-3,500 jobs/s against 8,900-9,400 at 50.
+KEYED_CLAIM = 50
 
 
 class Gate:
@@ -28,6 +33,7 @@ class Gate:
     def __init__(self, *, every: float = RECHECK_SECONDS) -> None:
         self.every = every
         self.limited = False
+        self.keyed = False  # a rule on keys exists: claims under limits take at most KEYED_CLAIM
         self.checked = float("-inf")
         self.empty_claims = 0  # claims under limits in a row that took nothing
         self.rate_opens_in: float | None = None  # seconds, as the last claim under limits left it
@@ -56,6 +62,7 @@ class Gate:
         """Ask again for ``queues`` (one small read), and return the answer."""
         row = conn.execute(LIMITS_APPLY, {"queues": list(queues)}).fetchone()
         self.limited = bool(row and row[0])
+        self.keyed = bool(row and row[1])
         self.checked = time.monotonic()
         return self.limited
 
@@ -64,7 +71,9 @@ class Gate:
         limits; asked again through ``session`` (its ``run(fn)``) when the answer is due."""
         if self.due():
             session.run(lambda conn, _: self.check(conn, queues))
-        return functools.partial(limited.claim, rate_opens_in=self._rate_opens) if self.limited else leases.claim
+        if not self.limited:
+            return leases.claim
+        return functools.partial(limited.claim, rate_opens_in=self._rate_opens, most=KEYED_CLAIM if self.keyed else None)
 
     def _rate_opens(self, seconds: float | None) -> None:
         self.rate_opens_in = seconds

@@ -14,10 +14,12 @@ from jobq.store.sql.fragments import JOB_COLUMNS
 
 # LIMITS_APPLY: whether any limit can bind a claim of some queues: a rule on keys
 # (any queue's jobs may carry a key), or a limit on one of the queues (primary key
-# probes of jobq_queues). Asked by a worker at most once a second (jobq.limits.gate).
+# probes of jobq_queues); and whether a rule on keys exists. Asked by a worker at most
+# once a second (jobq.limits.gate).
 LIMITS_APPLY = (
-    "SELECT EXISTS (SELECT FROM jobq_limits) OR EXISTS (SELECT FROM jobq_queues "
-    "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair))"
+    "SELECT keyed OR EXISTS (SELECT FROM jobq_queues "
+    "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair)), keyed "
+    "FROM (SELECT EXISTS (SELECT FROM jobq_limits) AS keyed) AS k"
 )
 
 # JOB_CLAIM_LIMITED: the claim under limits, by jobq_claim_limited (migration 0020, its
