@@ -16,6 +16,9 @@ in line is one an idle peer cannot start. So the size follows the jobs:
   when the jobs turned out slower than the last batch's (each shorter than
   DEFER_RUNNING, so none was marked running): no line is held for long whatever the
   cap.
+
+The loop never claims more than its claim session's share of the server's lock table
+(:func:`jobq.daemon.presence.lock_budget`), whatever the size here.
 """
 
 from __future__ import annotations
