@@ -43,7 +43,8 @@ def test_a_host_frozen_for_three_stale_thresholds_and_thawed_records_nothing_twi
     jobs' locks are held and the stale reaper of the other hosts leaves them. Thawed
     after longer than the dead-connection timeout, the host cannot tell a freeze from a
     paused VM whose sessions the server ended: its workers stop their handlers at once
-    (failed runs, retried). Nothing runs twice at once, nothing is recorded twice."""
+    (failed runs, retried), unless a heartbeat gets its answer first. Nothing runs twice
+    at once, nothing is recorded twice."""
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         path = start_all(cluster, tmp_path, conn, seconds=3 * STALE + SECONDS)  # still running at the thaw
         frozen = cluster.hosts[0]
@@ -57,8 +58,13 @@ def test_a_host_frozen_for_three_stale_thresholds_and_thawed_records_nothing_twi
                                "AND errors->0->>'error' LIKE 'stopped by its worker: its database connection%%'").fetchone()[0]
         others = conn.execute("SELECT count(*) FROM jobs WHERE attempt = 0").fetchone()[0]
     assert counts == {"enqueued": 12, "done": 12, "lost": 0, "overlapping runs": 0, "recorded done": 12}
-    assert (retried, others) == (WORKERS, 2 * WORKERS)  # the frozen host's runs stopped at the thaw, once each
-    assert frozen.daemon.log().count("job.stopped") == WORKERS
+    # At the thaw each of the frozen host's workers either stops its handler (its lifeline
+    # found its session silent past the dead-connection timeout: a failed run, retried
+    # once) or, when its heartbeat's call got its answer first, goes on with the session
+    # it still has and records its job done: both safe. Mostly the first (a run of this
+    # test in a whole suite once saw 3 of 4); the other hosts' jobs are never touched.
+    stopped = frozen.daemon.log().count("job.stopped")
+    assert 1 <= stopped <= WORKERS and retried == stopped and others == 3 * WORKERS - stopped
 
 
 def test_a_host_killed_whole_has_its_jobs_run_again_elsewhere_once(cluster, tmp_path):
