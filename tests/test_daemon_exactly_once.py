@@ -105,8 +105,12 @@ def test_a_stopped_worker_whose_session_is_gone_loses_its_job_and_its_late_write
     wait_for(lambda: counts().get("stale_lease_rejections_total", 0) == 1, 15, "the late write rejected and counted")
     assert jobq.get(job.id, conn=ledger) == winner  # the late write changed nothing
     assert counts()["reclaimed_total"] == 1
-    # both runs reached their side effect: at-least-once across a lost worker
-    assert sorted(ledger_rows(ledger, job.id)) == sorted([(first_lease, victim), (winner.lease, winner_pid(ledger, job.id))])
+    # The winner's run reached its side effect. The stopped one's handler, thawed mid-sleep,
+    # reaches it too (at-least-once across a lost worker) unless its worker, finding its
+    # lease taken, stops it first: mostly the former, the latter seen once in a whole suite.
+    rows = sorted(ledger_rows(ledger, job.id))
+    assert (winner.lease, winner_pid(ledger, job.id)) in rows
+    assert set(rows) <= {(first_lease, victim), (winner.lease, winner_pid(ledger, job.id))} and len(rows) == len(set(rows))
 
 
 def winner_pid(conn, job_id: int) -> int:
