@@ -79,10 +79,9 @@ def fill(url: str, finished: int, backlog: int, have: int) -> None:
     """Bring the history to ``finished`` rows (reusing what is there) and add a backlog."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("DELETE FROM jobs WHERE worker_id IS DISTINCT FROM 'history'")
-        for _ in range(have, finished, CHUNK):
-            conn.execute(FILL_FINISHED, {"n": CHUNK})
-        for _ in range(0, backlog, CHUNK):
-            conn.execute(FILL_PENDING, {"n": min(CHUNK, backlog)})
+        fill_finished(conn, finished - have)
+        for start in range(0, backlog, CHUNK):
+            conn.execute(FILL_PENDING, {"n": min(CHUNK, backlog - start)})
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("CHECKPOINT")  # the fill's writes flushed before anything is timed
 

@@ -9,6 +9,7 @@ see support/db.py. Helpers that are not fixtures live in tests/support/.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -93,6 +94,21 @@ def empty_database(database_url: str) -> Iterator[str]:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     yield db.on(database_url, name)
     db.drop(database_url, name)
+
+
+@pytest.fixture
+def migrated_database(server_url: str, database_url: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The URL of a migrated database of its own, cloned from the run's template (made
+    with this process's database) and dropped after the test: for what changes more
+    than the tables (a benchmark's partitions, limits and settings). None when the
+    server's role may not create databases (JOBQ_TEST_DATABASE_URL's, serially)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(db.own_database(server_url, request.config.stash[RUN], f"{worker}_{uuid.uuid4().hex[:8]}"))
+        except RuntimeError:
+            url = None
+        yield url
 
 
 @pytest.fixture

@@ -342,3 +342,42 @@ def test_retention_removes_a_workflow_with_its_last_job(conn):
     assert [n for (n,) in conn.execute("SELECT name FROM jobq_workflows")] == ["kept"]
     assert scalar(conn, "SELECT count(*) FROM jobq_workflow_steps") == 2
     assert scalar(conn, "SELECT count(*) FROM jobq_workflow_edges") == 1
+
+
+def test_marking_jobs_awaited_while_a_worker_finishes_them_never_fails(conn, database_url):
+    """A waiter marks 3,000 claimed jobs while another session finishes them 10 at a
+    time: one statement over all of them meets a row moved to the finished partition
+    after its snapshot on nearly every try. The mark goes through all the same, and
+    every job unfinished after it is marked and returned (a 1,002-step workflow's
+    ``wait`` raised here)."""
+    from dataclasses import replace
+
+    from jobq.workflows.waiting import await_unfinished
+    from support.claims import LOCK_BASE
+
+    jobq.enqueue_many([{"type": "t"}] * 3000, conn=conn)
+    claimed = leases.claim(conn, ["default"], worker_id="w", limit=3000, lock_base=LOCK_BASE).result()
+    ids = [c.job_id for c in claimed]
+    unlocked = [replace(c, locked=False) for c in claimed]  # their locks are conn's: the finisher has none
+
+    def finish() -> None:
+        with psycopg.connect(database_url, autocommit=True) as own:
+            for start in range(0, len(unlocked), 10):
+                batch = unlocked[start : start + 10]
+                leases.complete(own, batch, ["null"] * len(batch), [0.0] * len(batch), lock_base=LOCK_BASE).result()
+
+    finisher = threading.Thread(target=finish)
+    finisher.start()
+    marks = 0
+    try:
+        while finisher.is_alive():
+            unfinished = set(await_unfinished(ids))
+            marks += 1
+            after = {row[0] for row in conn.execute(
+                "SELECT id FROM jobs WHERE id = ANY(%s) AND status IN ('pending', 'claimed', 'running')", (ids,))}
+            assert after <= unfinished  # still unfinished after the mark: marked, and said so
+            assert not scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'claimed' "
+                                    "AND NOT awaited", ids)
+    finally:
+        finisher.join()
+    assert marks >= 1 and await_unfinished(ids) == []

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import psycopg
+
 from jobq import settings
 from jobq.errors import InvalidArgument, JobFailed
 from jobq.job import Job
 from jobq.jobs.ledger import check_id, get
-from jobq.store.connections import ProcessPool, again_if_moved, connect, connection
+from jobq.store.connections import ProcessPool, again_if_moved, connect, connection, moved_meanwhile
 from jobq.store.sql.workflows import JOB_AWAIT_IF_UNFINISHED, LISTEN_FINISHED
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,22 @@ def await_unfinished(ids: list[int], *, pool: ProcessPool | None = None) -> list
     on a caller's connection: a mark left uncommitted in a transaction would hold the
     job's row, and with it the outcome the caller waits for."""
     with pool.connection() if pool is not None else connection() as c:
-        return [row[0] for row in again_if_moved(c, JOB_AWAIT_IF_UNFINISHED, {"ids": ids})]
+        return _marked(c, ids)
+
+
+def _marked(conn: psycopg.Connection, ids: list[int]) -> list[int]:
+    """JOB_AWAIT_IF_UNFINISHED for ``ids``, in halves while it keeps meeting rows moved
+    meanwhile. One statement over many jobs whose workers are finishing them meets a
+    row that left its partition after the statement's snapshot on nearly every try
+    (each try is sent again MOVED_RETRIES times first); its halves meet fewer, and a
+    single job's row moves only as its status does (released, finished)."""
+    try:
+        return [row[0] for row in again_if_moved(conn, JOB_AWAIT_IF_UNFINISHED, {"ids": ids})]
+    except (psycopg.errors.SerializationFailure, psycopg.errors.CheckViolation) as exc:
+        if len(ids) < 2 or not moved_meanwhile(exc):
+            raise
+    half = len(ids) // 2
+    return _marked(conn, ids[:half]) + _marked(conn, ids[half:])
 
 
 def wait_all(
