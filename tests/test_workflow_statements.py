@@ -3,7 +3,8 @@ triggers read the statement's transition tables, once per statement; a job outsi
 workflow calls none of their functions; a batch that finishes every parent of a child
 releases it for the claim in the same transaction; a child is owed one tally row per
 statement, however many of its parents the statement finished; a savepoint rolled back
-takes its tally rows and its round with it."""
+takes its tally rows and its round with it; the join of the two transition tables is never
+a nested loop kept from a session's first, one-row call (migration 0024)."""
 
 import psycopg
 import pytest
@@ -116,3 +117,34 @@ def test_a_savepoint_rolled_back_takes_its_tally_rows_and_its_round_with_it(conn
         (claimed,) = _claim(session, 1)
         assert claimed.job_id == run.jobs[child].id
         session.commit()
+
+
+def _settings(conn, function: str) -> list[str]:
+    return scalar(conn, "SELECT coalesce(proconfig, '{}') FROM pg_proc WHERE proname = %s", function)
+
+
+def test_the_transition_tables_are_never_joined_by_a_nested_loop_kept_from_a_one_row_first_call(conn):
+    # PL/pgSQL keeps a query's plan for the session. A worker's first step outcome is
+    # small (a root, a claim of 1 while its claim size grows), and a nested loop planned
+    # for one row a side, kept for a batch of 500, read 250,000 tuplestore rows (50 ms a
+    # batch). The trigger plans its join with no nested loop at all; the settlement it
+    # calls, whose plans are index probes, turns nested loops back on for itself.
+    assert "enable_nestloop=off" in _settings(conn, "jobs_finished_after_update")
+    assert {"enable_nestloop=on", "enable_hashjoin=off", "enable_mergejoin=off"} <= set(
+        _settings(conn, "jobq_workflow_finished")
+    )
+    wf = jobq.Workflow()
+    root = wf.add("wf_step", name="root")
+    middle = [wf.add("wf_step", name=f"m{i:03d}", after=[root]) for i in range(300)]
+    sink = wf.add("wf_step", name="sink", after=middle)
+    run = wf.enqueue(conn=conn)
+    with psycopg.connect(conn.info.dsn) as session:
+        _complete(session, _claim(session, 1))  # the session's first call: one row a side
+        session.commit()
+        held = _claim(session, 300)
+        session.commit()
+        _complete(session, held)  # the same session's plan, 300 rows a side
+        (claimed,) = _claim(session, 1)
+        assert claimed.job_id == run.jobs[sink].id
+        session.commit()
+    assert jobq.get(run.jobs[sink].id, conn=conn).parent_results == {m: {"ok": True} for m in middle}
