@@ -8,7 +8,8 @@ batch's outcomes in one transaction, until the middle steps and the callback are
 then the same for --width independent noop jobs. What each part cost is its backend's
 CPU (/proc/<pid>/stat: 10 ms ticks), which a loaded machine changes far less than wall
 time (benchmark/workflows.py). Each round on a fresh embedded PostgreSQL 16 (default
-settings), analysed after the enqueue. Needs to read the server's /proc (the same host).
+settings), or on --database-url's with its jobs emptied, analysed after the enqueue.
+Needs to read the server's /proc (the same host).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import psycopg
 
 import jobq
-from common import database, emit, environment, migrated, parse
+from common import database, emit, environment, migrated, parse, reset
 from jobq.jobs import leases
 
 WORKER = "bench:1:cpu"
@@ -45,13 +46,14 @@ def drain(conn: psycopg.Connection, queue: str, batch: int, held: list[leases.Cl
             return finished
 
 
-def one_round(width: int, batch: int) -> dict[str, int]:
+def one_round(width: int, batch: int, given: str | None) -> dict[str, int]:
     wf = jobq.Workflow(name="fan-out-fan-in")
     root = wf.add("noop", name="root", queue="fan")
     middle = [wf.add("noop", name=f"m{i}", after=[root], queue="fan") for i in range(width)]
     wf.add("noop", name="sink", after=middle, queue="fan")
-    with database(None) as url:
+    with database(given) as url:  # a fresh embedded server each round, unless one is given
         migrated(url)
+        reset(url)
         with psycopg.connect(url, autocommit=True) as setup:
             wf.enqueue(conn=setup)
             jobq.enqueue_many([{"type": "noop", "queue": "alone"}] * width, conn=setup)
@@ -82,7 +84,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
     args = parse(parser)
-    rounds = [one_round(args.width, args.batch) for _ in range(args.rounds)]
+    rounds = [one_round(args.width, args.batch, args.database_url) for _ in range(args.rounds)]
     result = {**environment(), "width": args.width, "batch": args.batch, "rounds": rounds}
     if args.json:
         emit(result, True)

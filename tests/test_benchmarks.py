@@ -159,7 +159,7 @@ def test_limits_claim_benchmark_times_both_claims_in_each_scenario(run):
     assert all(s["plain_ms"] > 0 and s["limited_ms"] > 0 for s in report["scenarios"].values())
 
 
-def test_workflow_cpu_benchmark_finishes_every_step_and_job_in_each_round():
+def test_workflow_cpu_benchmark_finishes_every_step_and_job_in_each_round(run):
     report = run("workflow_cpu.py", "--width", "200", "--batch", "50", "--rounds", "1")
     (round_,) = report["rounds"]
     assert set(round_) == {"root_ms", "middle_and_sink_ms", "independent_ms"}
