@@ -1,24 +1,36 @@
 -- jobq schema 25: what a claim under rules on keys costs. The claim under limits
 -- (jobq_claim_limited, migration 0023; same signature, so workers of the previous
--- release claim through this body too) decided the keys of its candidates with text
--- arrays searched element by element (each of up to 200 candidates looked up among
--- every key's rule, each key among the keys refused: tens of thousands of comparisons
--- a claim), counted every candidate key's slots twice, and recorded its starts with a
--- statement even when no rate applies. With 100 keys at concurrency 1 and 8 workers a
--- claim of 36 jobs took 5.9 ms, against well under 1 ms for the plain claim, and the
--- drain ran at 0.39x of the unlimited one (benchmark/README.md, "Flow control").
---
+-- release claim through this body too) spent, for a claim of about 30 jobs with 100
+-- keys at concurrency 1, about 2.5 ms of its own on one idle server and twice that in
+-- a drain with 8 workers (benchmark/README.md, "Flow control"):
+--   * every candidate key's slots were counted twice, each count reading the whole of
+--     jobq_limit_slots: a slot row is inserted and deleted per job and autovacuum comes
+--     by at most once a minute, so during a drain the table is mostly dead rows, and
+--     the planner, believing it small, read it whole rather than through its key index;
+--   * the starts were recorded by a statement reading the claimed jobs even when no
+--     rate applies.
 -- What changed, in the keyed pass only (a queue's own limits and the one-statement
 -- claim without rules on keys are 0023's, word for word):
---   * only the keys whose locks were taken are counted after the locks (their slots
---     and their rate), not every key of the candidates again;
---   * a candidate's key is looked up among the locked keys (as many as the claim can
+--   * the slots of keys are counted by jobq_limit_key_use, always through the key
+--     index; after the keys' locks, only the keys whose locks the claim holds;
+--   * a candidate's key is looked up among those locked keys (as many as the claim can
 --     use), not among every key of the candidates;
 --   * the starts are recorded only when a rate applies (the queue's or a locked key's).
 -- The decisions are 0023's: the same candidates, keys tried in the same order, each
 -- key's slots counted after its lock by a statement that starts after it is held, the
 -- same jobs chosen. The function is restated whole (a migration never edits an
--- earlier one); jobq_limit_release and the reaper's sweep are unchanged.
+-- earlier one); the release of slots finds them by primary key (ALTER below).
+
+-- The slots some keys hold, by key: always through jobq_limit_slots_key_idx. A slot row
+-- is inserted and deleted per job and autovacuum comes by at most once a minute, so the
+-- table is mostly dead rows during a drain (40,000 after 40,000 jobs), while the
+-- planner, which believes it small, read it whole for every count (twice a claim).
+-- Reads with its caller's snapshot (STABLE): counts taken after the keys' locks.
+CREATE FUNCTION jobq_limit_key_use(keys text[]) RETURNS TABLE (k text, n integer) LANGUAGE sql STABLE
+SET enable_seqscan = off AS $$
+    SELECT s.concurrency_key, count(*)::integer FROM jobq_limit_slots AS s
+    WHERE s.concurrency_key = ANY(keys) GROUP BY s.concurrency_key
+$$;
 
 -- The claim under limits: up to max_jobs due pending jobs of some queues (paused ones
 -- left out; queues in name order, jobs in claim order within each, or in turns between
@@ -42,7 +54,7 @@
 -- Returns each job claimed, whether its advisory lock was taken, and whether it holds
 -- a slot.
 CREATE OR REPLACE FUNCTION jobq_claim_limited(queues text[], worker text, max_jobs integer, scan integer, lock_base bigint)
-RETURNS TABLE (job jobs, locked boolean, slotted boolean) LANGUAGE plpgsql SET enable_seqscan = off AS $$
+RETURNS TABLE (job jobs, locked boolean, slotted boolean) LANGUAGE plpgsql AS $$
 DECLARE
     q text;
     qrow jobq_queues;
@@ -222,8 +234,7 @@ BEGIN
                    array_agg(t.rate_seconds ORDER BY hashtext(t.k || worker))
             INTO try_keys, try_conc, try_rate, try_period
             FROM unnest(rule_keys, rule_conc, rule_rate, rule_period) AS t(k, concurrency, rate_count, rate_seconds)
-            LEFT JOIN (SELECT s.concurrency_key AS k, count(*) AS n FROM jobq_limit_slots AS s
-                       WHERE s.concurrency_key = ANY(rule_keys) GROUP BY s.concurrency_key) AS used ON used.k = t.k
+            LEFT JOIN jobq_limit_key_use(rule_keys) AS used ON used.k = t.k
             WHERE t.concurrency IS NULL OR coalesce(used.n, 0) < t.concurrency;
             lock_keys := '{}';
             lock_conc := '{}';
@@ -245,8 +256,7 @@ BEGIN
                    ORDER BY u.i), '{}')
             INTO key_left
             FROM unnest(lock_keys, lock_conc, lock_rate, lock_period) WITH ORDINALITY AS u(k, conc, rate, period, i)
-            LEFT JOIN (SELECT s.concurrency_key AS k, count(*) AS n FROM jobq_limit_slots AS s
-                       WHERE s.concurrency_key = ANY(lock_keys) GROUP BY s.concurrency_key) AS used ON used.k = u.k;
+            LEFT JOIN jobq_limit_key_use(lock_keys) AS used ON used.k = u.k;
             -- Choose in order, against what each limit has left: a job without a key, or of
             -- a key under no rule (and not decided by an earlier pass), or of a locked key
             -- while it has some left; up to the queue's free places.
@@ -311,6 +321,6 @@ BEGIN
 END
 $$;
 
--- The release of a claim's slots (migration 0020) finds them by primary key, whatever
--- the planner believes of the table's size (see the claim's SET above).
+-- The release of some claims' slots (migration 0020) finds them by primary key, whatever
+-- the planner believes of the table's size (as jobq_limit_key_use above).
 ALTER FUNCTION jobq_limit_release(bigint[], bigint[]) SET enable_seqscan = off;
