@@ -40,19 +40,21 @@ def slot_reads(conn: psycopg.Connection, claimer: psycopg.Connection) -> tuple[i
     return conn.execute(SLOTS_READ).fetchone()
 
 
-def test_claims_under_key_rules_and_their_releases_read_slots_by_index_never_every_slot_row(conn, session):
+def test_a_claim_under_key_rules_reads_slots_by_their_key_index_never_every_slot_row(conn, session):
     """A slot row is inserted and deleted per job, and autovacuum comes by once a minute:
     a count that read the whole table read every dead slot of the drain so far."""
     jobq.set_limit("tenant:*", concurrency=1, conn=conn)
     jobq.enqueue_many([{"type": "noop", "concurrency_key": f"tenant:{i % 20}"} for i in range(100)], conn=conn)
-    before = slot_reads(conn, session)
+    whole = by_index = 0
     for _ in range(3):
+        before = slot_reads(conn, session)
         taken = claim(session)
+        after = slot_reads(conn, session)
+        whole, by_index = whole + after[0] - before[0], by_index + after[1] - before[1]
         assert len(taken) == 20  # one job of each key
         complete_freeing_slots(session, taken)
-    seq, idx = slot_reads(conn, session)
-    assert seq == before[0], "a claim or a release read jobq_limit_slots whole"
-    assert idx > before[1]
+    assert whole == 0, "a claim under key rules read jobq_limit_slots whole"
+    assert by_index >= 3
 
 
 def test_a_fair_claim_reads_a_key_with_some_left_again_in_its_next_pass(conn, session):

@@ -19,7 +19,7 @@
 -- The decisions are 0023's: the same candidates, keys tried in the same order, each
 -- key's slots counted after its lock by a statement that starts after it is held, the
 -- same jobs chosen. The function is restated whole (a migration never edits an
--- earlier one); the release of slots finds them by primary key (ALTER below).
+-- earlier one); jobq_limit_release and the reaper's sweep are unchanged.
 
 -- The slots some keys hold, by key: always through jobq_limit_slots_key_idx. A slot row
 -- is inserted and deleted per job and autovacuum comes by at most once a minute, so the
@@ -320,7 +320,3 @@ BEGIN
     END LOOP;
 END
 $$;
-
--- The release of some claims' slots (migration 0020) finds them by primary key, whatever
--- the planner believes of the table's size (as jobq_limit_key_use above).
-ALTER FUNCTION jobq_limit_release(bigint[], bigint[]) SET enable_seqscan = off;
