@@ -26,10 +26,13 @@
 -- table is mostly dead rows during a drain (40,000 after 40,000 jobs), while the
 -- planner, which believes it small, read it whole for every count (twice a claim).
 -- Reads with its caller's snapshot (STABLE): counts taken after the keys' locks.
-CREATE FUNCTION jobq_limit_key_use(keys text[]) RETURNS TABLE (k text, n integer) LANGUAGE sql STABLE
+-- (PL/pgSQL, whose plan a session keeps: a SQL function's is made again at each call.)
+CREATE FUNCTION jobq_limit_key_use(keys text[]) RETURNS TABLE (k text, n integer) LANGUAGE plpgsql STABLE
 SET enable_seqscan = off AS $$
-    SELECT s.concurrency_key, count(*)::integer FROM jobq_limit_slots AS s
-    WHERE s.concurrency_key = ANY(keys) GROUP BY s.concurrency_key
+BEGIN
+    RETURN QUERY SELECT s.concurrency_key, count(*)::integer FROM jobq_limit_slots AS s
+        WHERE s.concurrency_key = ANY(keys) GROUP BY s.concurrency_key;
+END
 $$;
 
 -- The claim under limits: up to max_jobs due pending jobs of some queues (paused ones
@@ -276,10 +279,12 @@ BEGIN
                 chosen := chosen || cand_ids[i];
                 queue_free := queue_free - 1;
             END LOOP;
-            -- Each key whose use was read is decided for this claim: a later pass reads it
-            -- again (after the slots this one took) only if it has some left.
-            full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys) AS u(k) EXCEPT
-                SELECT l.k FROM unnest(lock_keys, key_left) AS l(k, lft) WHERE l.lft IS NULL OR l.lft > 0);
+            -- Each key whose use was read is decided for this claim: a later pass or queue
+            -- reads it again (after the slots this one took) only if it has some left.
+            IF qrow.fair OR cardinality(queues) > 1 THEN
+                full_keys := full_keys || ARRAY(SELECT u.k FROM unnest(rule_keys) AS u(k) EXCEPT
+                    SELECT l.k FROM unnest(lock_keys, key_left) AS l(k, lft) WHERE l.lft IS NULL OR l.lft > 0);
+            END IF;
             lockable := ARRAY(SELECT j.id FROM jobs AS j WHERE j.id = ANY(chosen) AND j.status = 'pending'
                               FOR UPDATE SKIP LOCKED);
             slot_keys := ARRAY(SELECT u.k FROM unnest(lock_keys, lock_conc) AS u(k, c) WHERE c IS NOT NULL);
