@@ -138,3 +138,21 @@ def test_while_a_rule_on_keys_exists_a_claim_under_limits_takes_at_most_keyed_cl
     take = gate.claim_for(_Session(session), ["default"])
     assert gate.limited and gate.keyed and KEYED_CLAIM == 50
     assert len(take(session, ["default"], worker_id="b", limit=500, lock_base=LOCK_BASE).result()) == KEYED_CLAIM
+
+
+def test_a_worker_asks_when_a_full_rate_opens_only_while_one_of_its_queues_has_a_rate(conn, sessions):
+    session = sessions()
+    jobq.enqueue_many([{"type": "noop"}] * 3, conn=conn)
+    jobq.set_queue_limits("default", concurrency=5, conn=conn)
+    gate = Gate(every=0)
+    take = gate.claim_for(_Session(session), ["default"])
+    assert gate.limited and not gate.rated and take.keywords["rate_opens_in"] is None
+    jobq.set_queue_limits("default", rate="1/m", conn=conn)
+    take = gate.claim_for(_Session(session), ["default"])
+    assert gate.rated
+    assert len(take(session, ["default"], worker_id="a", limit=5, lock_base=LOCK_BASE).result()) == 1
+    assert take(session, ["default"], worker_id="a", limit=5, lock_base=LOCK_BASE).result() == []
+    assert 0 < gate.rate_opens_in <= 60  # type: ignore[operator]
+    jobq.set_queue_limits("default", rate=None, conn=conn)
+    gate.claim_for(_Session(session), ["default"])
+    assert not gate.rated and gate.rate_opens_in is None

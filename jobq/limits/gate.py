@@ -34,6 +34,7 @@ class Gate:
         self.every = every
         self.limited = False
         self.keyed = False  # a rule on keys exists: claims under limits take at most KEYED_CLAIM
+        self.rated = False  # one of the queues has a rate: a claim asks when a full one opens
         self.checked = float("-inf")
         self.empty_claims = 0  # claims under limits in a row that took nothing
         self.rate_opens_in: float | None = None  # seconds, as the last claim under limits left it
@@ -63,17 +64,23 @@ class Gate:
         row = conn.execute(LIMITS_APPLY, {"queues": list(queues)}).fetchone()
         self.limited = bool(row and row[0])
         self.keyed = bool(row and row[1])
+        self.rated = bool(row and row[2])
+        if not self.rated:
+            self.rate_opens_in = None  # no queue's rate to wait for
         self.checked = time.monotonic()
         return self.limited
 
     def claim_for(self, session: Any, queues: Sequence[str]) -> Callable[..., leases.Deferred[list[leases.Claim]]]:
         """The claim a worker makes next for ``queues``: the plain one, or the one under
-        limits; asked again through ``session`` (its ``run(fn)``) when the answer is due."""
+        limits (which asks when a full rate opens only while one of the queues has a
+        rate); asked again through ``session`` (its ``run(fn)``) when the answer is due."""
         if self.due():
             session.run(lambda conn, _: self.check(conn, queues))
         if not self.limited:
             return leases.claim
-        return functools.partial(limited.claim, rate_opens_in=self._rate_opens, most=KEYED_CLAIM if self.keyed else None)
+        return functools.partial(
+            limited.claim, rate_opens_in=self._rate_opens if self.rated else None, most=KEYED_CLAIM if self.keyed else None
+        )
 
     def _rate_opens(self, seconds: float | None) -> None:
         self.rate_opens_in = seconds

@@ -14,11 +14,13 @@ from jobq.store.sql.fragments import JOB_COLUMNS
 
 # LIMITS_APPLY: whether any limit can bind a claim of some queues: a rule on keys
 # (any queue's jobs may carry a key), or a limit on one of the queues (primary key
-# probes of jobq_queues); and whether a rule on keys exists. Asked by a worker at most
-# once a second (jobq.limits.gate).
+# probes of jobq_queues); whether a rule on keys exists; and whether one of the queues
+# has a rate (only then is LIMIT_RATE_OPENS_IN worth sending with a claim). Asked by a
+# worker at most once a second (jobq.limits.gate).
 LIMITS_APPLY = (
     "SELECT keyed OR EXISTS (SELECT FROM jobq_queues "
-    "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair)), keyed "
+    "WHERE name = ANY(%(queues)b::text[]) AND (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair)), keyed, "
+    "EXISTS (SELECT FROM jobq_queues WHERE name = ANY(%(queues)b::text[]) AND rate_count IS NOT NULL) "
     "FROM (SELECT EXISTS (SELECT FROM jobq_limits) AS keyed) AS k"
 )
 
