@@ -34,6 +34,7 @@ from jobq.store.sql.workflows import JOB_AWAIT_IF_UNFINISHED, LISTEN_FINISHED
 log = logging.getLogger(__name__)
 
 RECHECK = 5.0  # seconds between checks of the database while no notification comes
+SKIPPED_RECHECK = 0.05  # seconds before marking again jobs whose rows were held (and skipped)
 RECONNECT_DELAY = 1.0
 _REMEMBERED = 100_000  # announced ids kept for waiters that have not looked yet
 
@@ -101,23 +102,26 @@ def listener_for(url: str) -> FinishedListener:
         return _listeners[key]
 
 
-def await_unfinished(ids: list[int], *, pool: ProcessPool | None = None) -> list[int]:
-    """Mark ``ids`` as awaited and return those not finished yet, on a connection of
-    ``pool`` (else of the default pool) given back, committed, before it returns. Never
-    on a caller's connection: a mark left uncommitted in a transaction would hold the
-    job's row, and with it the outcome the caller waits for."""
+def await_unfinished(ids: list[int], *, pool: ProcessPool | None = None) -> tuple[list[int], bool]:
+    """Mark ``ids`` as awaited; return those not finished yet, and whether each of them
+    is marked (False: one was held by another transaction, a worker writing its outcome
+    perhaps, and skipped: look again soon, its end will not be announced). On a
+    connection of ``pool`` (else of the default pool) given back, committed, before it
+    returns. Never on a caller's connection: a mark left uncommitted in a transaction
+    would hold the job's row, and with it the outcome the caller waits for."""
     with pool.connection() if pool is not None else connection() as c:
-        return _marked(c, ids)
+        rows = _marked(c, ids)
+    return [job_id for job_id, _ in rows], all(marked for _, marked in rows)
 
 
-def _marked(conn: psycopg.Connection, ids: list[int]) -> list[int]:
+def _marked(conn: psycopg.Connection, ids: list[int]) -> list[tuple[int, bool]]:
     """JOB_AWAIT_IF_UNFINISHED for ``ids``, in halves while it keeps meeting rows moved
     meanwhile. One statement over many jobs whose workers are finishing them meets a
     row that left its partition after the statement's snapshot on nearly every try
     (each try is sent again MOVED_RETRIES times first); its halves meet fewer, and a
     single job's row moves only as its status does (released, finished)."""
     try:
-        return [row[0] for row in again_if_moved(conn, JOB_AWAIT_IF_UNFINISHED, {"ids": ids})]
+        return [(row[0], row[1]) for row in again_if_moved(conn, JOB_AWAIT_IF_UNFINISHED, {"ids": ids})]
     except (psycopg.errors.SerializationFailure, psycopg.errors.CheckViolation) as exc:
         if len(ids) < 2 or not moved_meanwhile(exc):
             raise
@@ -145,16 +149,16 @@ def wait_all(
     listener = listener_for(url or settings.current().require_database_url())
     listener.ready(RECHECK if timeout is None else min(RECHECK, timeout))
     while True:
-        unfinished = await_unfinished(ids, pool=pool)
+        unfinished, marked = await_unfinished(ids, pool=pool)
         if follow is not None and not unfinished:
             ids = follow()
-            unfinished = await_unfinished(ids, pool=pool)
+            unfinished, marked = await_unfinished(ids, pool=pool)
         if not unfinished:
             return
         left = RECHECK if deadline is None else deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"{len(unfinished)} of {len(ids)} jobs not finished after {timeout} s")
-        listener.wait_any(unfinished, min(left, RECHECK))
+        listener.wait_any(unfinished, min(left, RECHECK if marked else SKIPPED_RECHECK))
 
 
 def wait(job_id: int, timeout: float | None = None) -> Job:

@@ -169,10 +169,17 @@ WORKFLOW_DELETE_WITHOUT_JOBS = (
 
 # JOB_AWAIT_IF_UNFINISHED: a waiter's interest in some jobs' end: the trigger
 # jobs_finished_after_update (or _after_delete) notifies 'jobq_finished' with the id when such a job finishes
-# (or is deleted). Primary-key probes; returns the ids still unfinished.
+# (or is deleted). Primary-key probes; returns each id unfinished at the statement's
+# snapshot with whether it is now marked. A row another transaction holds (a worker
+# writing its outcome, a claim) is skipped, not waited for (SKIP LOCKED): the mark never
+# waits on a row lock, so it cannot deadlock with an outcome statement, which locks its
+# batch in claim order while a mark of many rows would lock them in its scan's order
+# (such a deadlock once killed the outcome write of a test's finisher).
 JOB_AWAIT_IF_UNFINISHED = (
-    "UPDATE jobs SET awaited = true WHERE id = ANY(%(ids)b::bigint[]) AND status IN " + UNFINISHED + " "
-    "RETURNING id"
+    "WITH unfinished AS (SELECT id FROM jobs WHERE id = ANY(%(ids)b::bigint[]) AND status IN " + UNFINISHED + "), "
+    "marked AS (UPDATE jobs SET awaited = true WHERE id IN (SELECT id FROM jobs WHERE id = ANY(%(ids)b::bigint[]) "
+    "AND status IN " + UNFINISHED + " FOR UPDATE SKIP LOCKED) AND status IN " + UNFINISHED + " RETURNING id) "
+    "SELECT u.id, m.id IS NOT NULL FROM unfinished AS u LEFT JOIN marked AS m ON m.id = u.id"
 )
 
 # FINISHED_CHANNEL: where the trigger announces the end of an awaited job.
