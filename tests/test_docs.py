@@ -122,5 +122,11 @@ def test_the_shell_examples_of(page, system):
         script = SHELL_PRELUDE.format(port=port) + block.code
         ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=workdir, timeout=120,
                              env={**os.environ, "DATABASE_URL": url,
-                                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+                                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                                  # A page's own pytest run keeps to the work directory: without a
+                                  # basetemp, pytest takes group and other access away from the
+                                  # shared /tmp/pytest-of-<user>, and an embedded server starting
+                                  # meanwhile (its own user) could no longer reach its data
+                                  # ("initdb ... pg_control: Permission denied", once in CI).
+                                  "PYTEST_ADDOPTS": f"--basetemp={workdir / 'pytest-of-the-page'}"})
         assert ran.returncode == 0, f"{block.where}:\n{shlex.quote(block.code)}\n{ran.stdout}\n{ran.stderr}"
