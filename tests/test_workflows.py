@@ -5,6 +5,7 @@ nothing, two parents finishing at the same moment, cancel and retry of a workflo
 
 import threading
 import time
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -12,7 +13,10 @@ import pytest
 import jobq
 from jobq.errors import InvalidArgument, StepNotRetryable, WorkflowNotFound
 from jobq.jobs import leases
+from jobq.workflows.waiting import RECHECK, await_unfinished
+from support.claims import LOCK_BASE
 from support.db import scalar
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.workflows]
 
@@ -237,14 +241,10 @@ def test_a_waiter_is_woken_by_the_notification_not_the_recheck(ledger):
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    from support.waiting import wait_for
-
     wait_for(lambda: scalar(ledger, "SELECT awaited FROM jobs WHERE id = %s", job.id), 10, "the waiter registered")
     finished = time.monotonic()
     jobq.cancel(job.id, conn=ledger)
     thread.join(DEADLINE)
-    from jobq.workflows.waiting import RECHECK
-
     assert woke and woke[0] - finished < RECHECK / 2
 
 
@@ -352,10 +352,6 @@ def test_marking_jobs_awaited_while_a_worker_finishes_them_never_fails_nor_deadl
     with the outcomes (the finisher's write was killed). The mark goes through, never
     kills a write, and every job unfinished after it is returned, and marked unless the
     mark said it skipped one."""
-    from dataclasses import replace
-
-    from jobq.workflows.waiting import await_unfinished
-    from support.claims import LOCK_BASE
 
     jobq.enqueue_many([{"type": "t"}] * 3000, conn=conn)
     claimed = leases.claim(conn, ["default"], worker_id="w", limit=3000, lock_base=LOCK_BASE).result()
@@ -396,9 +392,6 @@ def test_a_waiters_mark_skips_a_row_an_outcome_holds_and_cannot_deadlock_with_it
     waiter marks A and B meanwhile. A mark that waited for B while holding A closed the
     cycle (PostgreSQL then kills one of them: the worker's outcome write, or the
     waiter). The mark skips B, says so, and the outcome goes through."""
-    from support.claims import LOCK_BASE
-    from support.waiting import wait_for
-    from jobq.workflows.waiting import await_unfinished
 
     jobq.enqueue_many([{"type": "t"}] * 2, conn=conn)
     a, b = sorted(leases.claim(conn, ["default"], worker_id="w", limit=2, lock_base=LOCK_BASE).result(),
