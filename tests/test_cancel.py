@@ -12,7 +12,7 @@ import jobq
 from support.daemon import worker_pids
 from support.db import THIS_DATABASE_LOCKS, scalar
 from support.waiting import wait_for
-from jobq.jobs import leases
+from jobq.jobs import leases, queues
 from jobq.errors import JobNotCancellable
 
 pytestmark = [pytest.mark.db, pytest.mark.control]
@@ -90,6 +90,23 @@ def test_a_handler_that_catches_cancelled_cleans_up_and_is_not_killed(ledger, da
     wait_for(lambda: "job.cancelled id=%d" % job.id in d.log(), 10, "the run recorded as cancelled")
     assert worker_pids(ledger) == [pid] and "job.cancel_killed" not in d.log()
     assert status(ledger, job.id) == "cancelled"
+
+
+def test_a_stopped_handlers_cleanup_is_not_interrupted_by_the_next_control_signal(ledger, daemon):
+    """Cancelled is raised in a handler once. Its lease taken away (as by another host's
+    reaper), the lifeline stops it; a pause of another queue, passed on to every worker
+    that runs a job with the same signal, arrives during its cleanup and must not raise
+    Cancelled a second time there (it did: the cleanup was cut short)."""
+    job = jobq.enqueue("cancel_cleanup", {"cleanup": 1.5}, conn=ledger)
+    d = daemon(1, JOBQ_CANCEL_GRACE="30")
+    running(ledger, job.id)
+    ledger.execute("UPDATE jobs SET lease = lease + 1000 WHERE id = %s", (job.id,))
+    wait_for(lambda: "job.stopped id=%d" % job.id in d.log(), 10, "the handler stopped by its worker's lifeline")
+    queues.pause("elsewhere", conn=ledger)
+    wait_for(lambda: scalar(ledger, "SELECT count(*) FROM test_ledger WHERE job_id = %s", job.id) == 1, 10,
+             "the handler's whole cleanup")
+    wait_for(lambda: "job.stale_lease_rejected id=%d" % job.id in d.log(), 10, "the stopped run's outcome refused")
+    assert "job.stop_killed" not in d.log()
 
 
 def test_a_handler_that_raises_cancelled_itself_cancels_its_job(ledger, daemon):

@@ -15,6 +15,7 @@ The ledger is a file (support.ledger): it keeps counting while the database is d
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -131,7 +132,8 @@ def test_every_cancel_acknowledged_around_two_restarts_stops_its_handler_within_
           f"ack -> handler end: median {delays[len(delays) // 2]:.3f} s, max {delays[-1]:.3f} s; "
           f"missed cancels found after reconnect: {d.log().count('maintenance.missed_cancels')}, "
           f"stopped by a lost lease: {d.log().count('its lease was taken away; its handler is stopped')}")
-    assert late == {}, f"handlers running past JOBQ_CANCEL_GRACE after an acknowledged cancel: {late}"
+    assert late == {}, (f"handlers running past JOBQ_CANCEL_GRACE after an acknowledged cancel: {late}\n"
+                        + story(late, canceller.acked, restarts, path, d.log()))
     assert len(canceller.acked) >= CANCELS, f"only {len(canceller.acked)} cancels acknowledged"
     with psycopg.connect(url, autocommit=True) as conn:
         statuses = dict(conn.execute("SELECT status, count(*) FROM jobs WHERE id = ANY(%s) GROUP BY status",
@@ -139,3 +141,15 @@ def test_every_cancel_acknowledged_around_two_restarts_stops_its_handler_within_
     assert statuses == {"cancelled": len(canceller.acked)}
     log = d.log()
     assert log.count("worker.reconnected") >= 2 * WORKERS  # both restarts really cut every claim session
+
+
+def story(late: dict[int, float], acked: dict[int, float], restarts: list[tuple[float, float]], path: Path,
+          log: str) -> str:
+    """What the ledger and the daemon's log say of each late job: for a failure to be read."""
+    told = [f"restarts (crash, answering): {restarts}"]
+    for job_id in late:
+        told.append(f"job {job_id} acknowledged at {acked[job_id]:.6f}; its ledger lines:")
+        told += [f"  {line}" for line in path.read_text().splitlines() if line.split()[1] == str(job_id)]
+        named = re.compile(rf"(id={job_id}\b|[=,]{job_id}(,|\s|$))")
+        told += [f"  {line}" for line in log.splitlines() if named.search(line)]
+    return "\n".join(told)

@@ -47,6 +47,9 @@ class Run:
     # Why the worker stopped the run, its job no longer its own (lease taken, connection
     # dead): set with cancel_requested, the run is a failed one with this reason, not a cancel.
     stopped: str | None = None
+    # Cancelled was raised in its handler (or its task cancelled): never a second time, so
+    # that the handler's cleanup (a finally, an except) runs to its end within the grace.
+    interrupted: bool = False
     progress: Progress | None = None  # the handler's latest call of jobq.progress
     calls: int = 0
     workflow_id: int | None = None  # the workflow whose step this is (jobq.spawn adds to it)

@@ -89,6 +89,7 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
         context.begin(view)
         try:
             if context.cancel_requested():  # cancelled between its claim and now
+                view.interrupted = True
                 raise Cancelled()
             value = handler.func(job)
             if inspect.iscoroutine(value):  # an async def handler: run on this process's loop

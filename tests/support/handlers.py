@@ -119,11 +119,12 @@ def busy_in_c(job: jobq.Job) -> int:
 
 @jobq.register("cancel_cleanup")
 def cancel_cleanup(job: jobq.Job) -> dict:
-    """Sleeps until cancelled; records its cleanup in test_ledger (lease NULL), then
-    re-raises, as a handler should."""
+    """Sleeps until cancelled; records its cleanup in test_ledger (lease NULL) after
+    payload.cleanup seconds (default 0), then re-raises, as a handler should."""
     try:
         time.sleep(job.payload.get("seconds", 60))
     except jobq.Cancelled:
+        time.sleep(job.payload.get("cleanup", 0))
         job.lease = None
         _ledger(job)
         raise
@@ -267,10 +268,12 @@ def wf_chaos_leaf(job: jobq.Job) -> None:
 def held(job: jobq.Job) -> dict:
     """Runs payload.seconds (default: for ever) in short sleeps, recording its start and
     its end in the file ledger (support.ledger): returned, or cancelled (jobq.Cancelled,
-    re-raised as a handler should)."""
-    ledger_file.write("start", job.id, job.attempt)
+    re-raised as a handler should). The start is written inside the ``try``: a cancel's
+    Cancelled may be raised at any line once the handler is entered, and a start written
+    before it would then have no end."""
     how = "cancelled"
     try:
+        ledger_file.write("start", job.id, job.attempt)
         until = time.monotonic() + job.payload.get("seconds", 1e9)
         while time.monotonic() < until:
             time.sleep(min(0.2, max(0.0, until - time.monotonic())))

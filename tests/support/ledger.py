@@ -3,7 +3,8 @@ while the database restarts or a host is cut off from it.
 
 The ``held`` handler (support.handlers) appends one line when it starts and one when it
 ends (``start``/``end``, job id, attempt, host, pid, wall-clock time, how it ended); a
-run whose worker was killed has no end line. One ``os.write`` of a short line to a file
+run whose worker was killed has no end line; a run stopped before it wrote its start
+has only an end line, and is not a run here. One ``os.write`` of a short line to a file
 opened with O_APPEND: lines of many processes never interleave. Wall-clock times are
 compared only between processes of this one machine.
 """
@@ -60,7 +61,7 @@ def runs(path: Path) -> list[Run]:
         if event == "start":
             running[key] = Run(int(job_id), int(attempt), host, int(pid), float(at))
             every.append(running[key])
-        else:
+        elif key in running:  # (an end without a start: cancelled before its start was written)
             run = running.pop(key)
             run.ended, run.how = float(at), how
     return sorted(every, key=lambda run: run.started)

@@ -41,7 +41,7 @@ from jobq.limits.gate import Gate
 from jobq.daemon import presence
 from jobq.daemon.worker import outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
-from jobq.handlers import coroutines, execution
+from jobq.handlers import context, coroutines, execution
 from jobq.observe import tracing
 from jobq.daemon import messages
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome
@@ -210,7 +210,9 @@ class WorkerLoop:
     def control_arrived(self) -> bool:
         """Read what the supervisor sent on the control pipe and mark it in the jobs in
         flight; True if the handler running now is to be stopped (a cancel of its job,
-        or the lifeline's stop of a job no longer the worker's own)."""
+        or the lifeline's stop of a job no longer the worker's own), the first time only:
+        a cancel heard again (found after a reconnect) or a stop after a cancel, arriving
+        while the handler cleans up, must not interrupt its cleanup."""
         interrupt = self.lifeline is not None and self.lifeline.interrupting()  # its own stop of a job not its own
         arrived: list[messages.Message] = []
         if self.control is not None:
@@ -223,7 +225,11 @@ class WorkerLoop:
                 interrupt = self.in_flight.request_cancel(message.job_id) or interrupt
             elif isinstance(message, messages.Pause):
                 self.in_flight.pause(message.queue)
-        return interrupt
+        run = context.current()  # the run stopped, when interrupt is true
+        if not interrupt or run is None or run.interrupted:
+            return False
+        run.interrupted = True
+        return True
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming; the running job finishes (signal-safe: only records)."""
