@@ -34,7 +34,11 @@ run: $(BIN)/python
 # it ships. --dist load hands the tests out by index to whichever process is free: the
 # schedulers that group tests (loadscope, loadfile, loadgroup) key them by node id and
 # silently run one of the schemathesis cases that share one (and on pytest 9.2 loadgroup
-# no longer groups: pytest-xdist issue 1386).
+# no longer groups: pytest-xdist issue 1386). --maxschedchunk 1: after two tests each,
+# a process is handed one test at a time as it finishes one, in collection order, which
+# puts the long fault scenarios first (tests/conftest.py): each goes to whichever
+# process is free. Without it the first chunk (a twelfth of the suite) held every long
+# scenario: one process ran them all, for 145 s after the other two had finished.
 test: $(BIN)/python
 	rm -rf build  # setuptools keeps modules moved or deleted since the last build there
 	@case "$(PYTEST_ARGS)" in *"not dashboard"*) ;; *-m*dashboard*) $(MAKE) --no-print-directory browser ;; \
@@ -42,7 +46,7 @@ test: $(BIN)/python
 	@case "$(PYTEST_ARGS)" in *"not hosts"*) ;; *-m*hosts*|*-m*chaos*) $(MAKE) --no-print-directory iproute2 ;; \
 	  *-m*) ;; *) $(MAKE) --no-print-directory iproute2 ;; esac
 	$(BIN)/python -m pip install --quiet '.[test]'
-	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist load --maxschedchunk 1 $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): its tools are the docs extra. --strict
 # fails on a broken link, anchor or API reference; the build needs no network.

@@ -47,7 +47,9 @@ def pytest_configure_node(node: Any) -> None:
 
 
 # The long fault scenarios (tens of seconds each) go first: handed out last, a few of
-# them kept one process busy while the others had finished (--dist load keeps the order).
+# them kept one process busy while the others had finished. --dist load keeps the order,
+# and with --maxschedchunk 1 (the Makefile) hands them out one at a time, each to a free
+# process (in chunks, the first held them all).
 LONG_FIRST = ("hosts", "chaos")
 
 
