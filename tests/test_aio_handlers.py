@@ -12,6 +12,7 @@ import pytest
 
 import jobq
 import jobq.aio
+from jobq.jobs import queues
 from support.daemon import worker_pids
 from support.waiting import wait_for
 
@@ -59,6 +60,23 @@ def test_a_cancel_cancels_the_async_handlers_task_and_its_worker_goes_on(conn, d
     assert worker_pids(conn) == pids  # nothing was killed
     after = jobq.enqueue("async_add", {"a": 2, "b": 2}, conn=conn)  # the loop and its signals are back to normal
     assert jobq.result(after.id, timeout=30)["sum"] == 4
+
+
+def test_an_async_handlers_cleanup_is_not_cancelled_again_by_the_next_control_signal(conn, daemon, tmp_path):
+    """Its task is cancelled once: stopped by its worker (its lease taken away, as by
+    another host's reaper), the cleanup it awaits is not cancelled by the signal of a
+    pause of another queue that arrives meanwhile."""
+    mark = tmp_path / "mark"
+    job = jobq.enqueue("async_sleep", {"seconds": 60, "cleanup": 1.5, "mark": str(mark)}, conn=conn)
+    d = daemon(1, JOBQ_CANCEL_GRACE="30", **HANDLERS)
+    running(conn, job.id)
+    conn.execute("UPDATE jobs SET lease = lease + 1000 WHERE id = %s", (job.id,))
+    wait_for(lambda: mark.exists(), 10, "the task cancelled by its worker's lifeline")
+    queues.pause("elsewhere", conn=conn)
+    wait_for(lambda: "cleaned" in mark.read_text(), 10, "the whole cleanup")
+    wait_for(lambda: f"job.stale_lease_rejected id={job.id}" in d.log(), 10, "the stopped run's outcome refused")
+    assert [line.split()[0] for line in mark.read_text().splitlines()] == ["cancelled", "cleaned"]
+    assert "job.stop_killed" not in d.log()
 
 
 def test_an_async_handler_that_never_awaits_is_killed_after_the_cancel_grace(conn, daemon, tmp_path):

@@ -25,12 +25,15 @@ async def async_add(job: jobq.Job) -> dict:
 
 @jobq.register("async_sleep")
 async def async_sleep(job: jobq.Job) -> dict:
-    """Sleeps ``seconds``, saying how far it got; notes a cancel in ``mark``."""
+    """Sleeps ``seconds``, saying how far it got; notes a cancel in ``mark``, and the end
+    of a cleanup of ``cleanup`` seconds (default 0) that awaits after it."""
     try:
         jobq.progress(0.5, "half way", step=1)
         await asyncio.sleep(job.payload["seconds"])
     except asyncio.CancelledError:
         _note(job, "cancelled")
+        await asyncio.sleep(job.payload.get("cleanup", 0))
+        _note(job, "cleaned")
         raise
     return {"slept": job.payload["seconds"]}
 
