@@ -7,6 +7,7 @@ no spawned job is written twice."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -95,10 +96,24 @@ def test_fan_ins_release_their_callbacks_exactly_once_under_kills_and_a_restart(
         "SELECT DISTINCT ON (job_id) job_id, pid FROM wf_ledger WHERE job_id IN "
         "(SELECT job_id FROM wf_ledger GROUP BY job_id HAVING count(*) > 1) ORDER BY job_id, at"
     ).fetchall()
-    assert {pid for _, pid in first_of_reruns} <= dead_workers
+    assert {pid for _, pid in first_of_reruns} <= dead_workers, story(
+        conn, [job_id for job_id, pid in first_of_reruns if pid not in dead_workers], d.log())
     callback_reruns = sum(1 for job_id, _ in first_of_reruns if job_id in callbacks)
     # Spawned once: one leaf per callback, whatever its runs.
     assert scalar(conn, "SELECT count(*) FROM jobq_workflow_steps WHERE spawned_by = 'callback'") == FAN_INS
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE type = 'wf_chaos_leaf'") == FAN_INS
     print(f"chaos | callbacks run again after their own run was killed: {callback_reruns}")
     conn.close()
+
+
+def story(conn: psycopg.Connection, job_ids: list[int], log: str) -> str:
+    """What the ledger, the job's row and the daemon's log say of jobs run twice by a
+    worker still alive: for a failure to be read."""
+    told = []
+    for job_id in job_ids:
+        told.append(f"job {job_id}: runs (attempt, pid, at) "
+                    f"{conn.execute('SELECT attempt, pid, at FROM wf_ledger WHERE job_id = %s ORDER BY at', (job_id,)).fetchall()}; "
+                    f"row (attempt, errors) {conn.execute('SELECT attempt, errors FROM jobs WHERE id = %s', (job_id,)).fetchone()}")
+        named = re.compile(rf"(id={job_id}\b|[=,]{job_id}(,|\s|$))")
+        told += [f"  {line}" for line in log.splitlines() if named.search(line)]
+    return "\n".join(told)

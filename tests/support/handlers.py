@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 
 import psycopg
 
@@ -230,19 +231,33 @@ def wf_spawner(job: jobq.Job) -> dict:
 
 
 # The workflows' chaos test (tests/test_chaos_workflows.py): a ledger of each run's job,
-# attempt and process, in a table of its own.
+# attempt and process, in a table of its own, one row a run (its own id).
 WF_LEDGER_CREATE = (
-    "CREATE TABLE IF NOT EXISTS wf_ledger (job_id bigint NOT NULL, attempt integer NOT NULL, pid integer NOT NULL, "
-    "at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    "CREATE TABLE IF NOT EXISTS wf_ledger (run uuid PRIMARY KEY, job_id bigint NOT NULL, attempt integer NOT NULL, "
+    "pid integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
 )
 _wf_conn: psycopg.Connection | None = None
 
 
 def _wf_ledger(job: jobq.Job) -> None:
+    """The run's row, written again while the database restarts: the ledger must not fail
+    the run it records (an insert committed just before a crash, its answer lost, failed
+    the handler, and the job's retry was a second run of a worker never killed). Sent
+    again with the run's id, a committed row is stored once."""
     global _wf_conn
-    if _wf_conn is None or _wf_conn.closed or _wf_conn.broken:
-        _wf_conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger")
-    _wf_conn.execute("INSERT INTO wf_ledger (job_id, attempt, pid) VALUES (%s, %s, %s)", (job.id, job.attempt, os.getpid()))
+    run, deadline = uuid.uuid4(), time.monotonic() + 60
+    while True:
+        try:
+            if _wf_conn is None or _wf_conn.closed or _wf_conn.broken:
+                _wf_conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger",
+                                           connect_timeout=2)
+            _wf_conn.execute("INSERT INTO wf_ledger (run, job_id, attempt, pid) VALUES (%s, %s, %s, %s) "
+                             "ON CONFLICT (run) DO NOTHING", (run, job.id, job.attempt, os.getpid()))
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 @jobq.register("wf_chaos_parent")
