@@ -120,6 +120,8 @@ def test_a_pause_survives_a_deploy_an_orphan_never_fires_and_a_resume_wakes_the_
     # The new release declares 'paused' with a new payload, and no longer declares 'orphan'.
     start(daemon, entry("paused", cron, payload={"release": 2}), beacon)
     wait_for(lambda: slots_of(sched, "beacon"), 20, "the leader firing the missed slot of a live schedule")
+    # The leader may fire before a worker has booted and declared the new release.
+    wait_for(lambda: schedules.get("paused", conn=sched).payload == {"release": 2}, 20, "the new release declared")
     stored = schedules.get("paused", conn=sched)
     assert (stored.paused, stored.paused_by, stored.reason, stored.payload) == (True, "tester", "until the fix ships", {"release": 2})
     assert schedules.get("orphan", conn=sched).orphaned
