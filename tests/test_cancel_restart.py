@@ -15,7 +15,6 @@ The ledger is a file (support.ledger): it keeps counting while the database is d
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import pytest
 import jobq
 from jobq.store.embedded import EmbeddedPostgres
 from support import db, ledger
+from support.daemon import lines_naming
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.chaos, pytest.mark.control]
@@ -150,6 +150,5 @@ def story(late: dict[int, float], acked: dict[int, float], restarts: list[tuple[
     for job_id in late:
         told.append(f"job {job_id} acknowledged at {acked[job_id]:.6f}; its ledger lines:")
         told += [f"  {line}" for line in path.read_text().splitlines() if line.split()[1] == str(job_id)]
-        named = re.compile(rf"(id={job_id}\b|[=,]{job_id}(,|\s|$))")
-        told += [f"  {line}" for line in log.splitlines() if named.search(line)]
+        told += [f"  {line}" for line in lines_naming(log, job_id)]
     return "\n".join(told)

@@ -7,7 +7,6 @@ no spawned job is written twice."""
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 
@@ -15,7 +14,7 @@ import psycopg
 import pytest
 
 import jobq
-from support.daemon import alive, kill_a_worker, worker_pids_of_session
+from support.daemon import alive, kill_a_worker, lines_naming, worker_pids_of_session
 from support.db import migrated_instance, scalar
 from support.waiting import wait_for
 
@@ -114,6 +113,5 @@ def story(conn: psycopg.Connection, job_ids: list[int], log: str) -> str:
         told.append(f"job {job_id}: runs (attempt, pid, at) "
                     f"{conn.execute('SELECT attempt, pid, at FROM wf_ledger WHERE job_id = %s ORDER BY at', (job_id,)).fetchall()}; "
                     f"row (attempt, errors) {conn.execute('SELECT attempt, errors FROM jobs WHERE id = %s', (job_id,)).fetchone()}")
-        named = re.compile(rf"(id={job_id}\b|[=,]{job_id}(,|\s|$))")
-        told += [f"  {line}" for line in log.splitlines() if named.search(line)]
+        told += [f"  {line}" for line in lines_naming(log, job_id)]
     return "\n".join(told)

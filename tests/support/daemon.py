@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -133,3 +134,10 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):  # reaped before or while /proc was read
         return False
+
+
+def lines_naming(log: str, job_id: int) -> list[str]:
+    """The lines of a daemon's log that name a job (``id=N``, or N in a list ``jobs=...,N``):
+    what a test prints of a job whose story it must tell."""
+    named = re.compile(rf"(id={job_id}\b|[=,]{job_id}(,|\s|$))")
+    return [line for line in log.splitlines() if named.search(line)]
