@@ -12,6 +12,7 @@ from typing import Any
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
@@ -60,6 +61,16 @@ class Browser:
 
     def script(self, code: str, *args: Any) -> Any:
         return self.driver.execute_script(code, *args)
+
+    def press(self, key: str) -> None:
+        """Press ``key`` on whatever has the focus, as a keyboard does (no element held
+        between two calls: the live refresh may replace it, and moves the focus to its
+        replacement)."""
+        ActionChains(self.driver).send_keys(key).perform()
+
+    def focused(self) -> str:
+        """The id of the element that has the focus, else its tag name, read in one call."""
+        return self.script("var e = document.activeElement; return e.id || e.tagName.toLowerCase()")
 
     def console_errors(self) -> list[dict[str, Any]]:
         """The browser's console errors since the last call (a failed load included)."""
