@@ -11,9 +11,9 @@ BIN := $(VENV)/bin
 AREAS := unit once dlq retry reaper daemon api chaos control schedules workflows dashboard scale docs schema otel sentry hosts aio django sqlalchemy plugin limits
 # The suite runs in this many pytest-xdist processes, each on a PostgreSQL database of its
 # own (tests/support/db.py). Much of it waits on subprocesses, so more processes than
-# cores: measured on 2 cores, 3 is faster than 2 or 4 (README's "Tests").
+# cores: measured on 2 cores, 4 is faster than 3 (docs/contributing.md).
 # TEST_PROCESSES=0 (or PYTEST_ARGS='-n 0') runs it serially in one process, for pdb and -x.
-TEST_PROCESSES ?= 3
+TEST_PROCESSES ?= 4
 
 .PHONY: run test docs browser screenshots iproute2 $(addprefix test-,$(AREAS)) coverage clean
 
