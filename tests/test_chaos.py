@@ -19,7 +19,7 @@ import pytest
 
 import jobq
 from support.daemon import alive, kill_a_worker, worker_pids, worker_pids_of_session
-from support.db import advisory_locks, migrated_instance, scalar
+from support.db import advisory_locks, alter_beside_traffic, migrated_instance, scalar
 from support.waiting import wait_for
 from jobq.store import locks
 
@@ -338,7 +338,7 @@ def test_a_worker_whose_outcome_write_fails_leaves_cleanly_and_charges_no_attemp
         d = daemon(1)
         wait_for(lambda: "worker.database_error" in d.log(), 15, "the worker meeting the refusal")
     finally:
-        ledger.execute("DROP TRIGGER test_refuse_done ON jobs; DROP FUNCTION test_refuse_done()")
+        alter_beside_traffic(ledger, "DROP TRIGGER test_refuse_done ON jobs; DROP FUNCTION test_refuse_done()")
     done = wait_for(lambda: (j := jobq.get(job.id, conn=ledger)).status == "done" and j, 30, "the job done at last")
     assert done.attempt == 0 and done.errors == []  # no false "worker process died" attempt
     assert "child.failed" not in d.log()

@@ -27,6 +27,7 @@ two databases' workers never block each other, but the view shows both.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,6 +140,25 @@ def migrated_instance(data_dir: Path, port: int | None = None, **settings: str) 
         yield server
     finally:
         server.delete()
+
+
+def alter_beside_traffic(conn: psycopg.Connection, statement: str, within: float = 30.0) -> None:
+    """Run DDL on tables a live daemon uses (``conn`` in autocommit). DDL on the
+    partitioned ``jobs`` locks it and then each partition; a daemon's statement may lock
+    them in the other order, a deadlock the server breaks after a second by aborting
+    either side. Each try here waits at most 100 ms for a lock and then gives way, so the
+    DDL is the side that yields, and tries again until ``within`` seconds have passed."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL lock_timeout = '100ms'")
+                conn.execute(statement)
+            return
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):  # the DDL gave way
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def scalar(conn: psycopg.Connection, query: str, *params: object) -> object:
