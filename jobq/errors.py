@@ -242,6 +242,19 @@ class ConversionNeeded(SchemaTooOld):
         self.required = version
 
 
+class MigrationBlocked(SchemaError):
+    """A migration could not take the locks its DDL needs: other transactions held them
+    for as long as ``migrate`` gives way and tries again."""
+
+    def __init__(self, version: int, name: str, seconds: float) -> None:
+        super().__init__(
+            f"migration {version:04d}_{name} could not take its locks in {seconds:g} s: other transactions hold "
+            "the tables it changes (pg_stat_activity shows them); run `jobq migrate` again once they end"
+        )
+        self.version = version
+        self.name = name
+
+
 class SchemaTooNew(SchemaError):
     def __init__(self, applied: int, known: int) -> None:
         super().__init__(

@@ -1,9 +1,12 @@
+import logging
 import threading
+import time
 
 import psycopg
 import pytest
 
-from jobq.errors import SchemaTooNew, SchemaTooOld
+import jobq
+from jobq.errors import MigrationBlocked, SchemaTooNew, SchemaTooOld
 from jobq.store import migrate as migrate_module
 from jobq.store.migrate import Migration, applied_version, available, check_schema, migrate, required_version
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
@@ -71,6 +74,57 @@ def test_a_file_numbered_below_one_applied_is_applied_when_it_arrives(empty_data
         assert [m.name for m in migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)] == ["reserved"]
         assert check_schema(conn) == top + 2
         assert conn.execute("SELECT to_regclass('jobq_test_reserved') IS NOT NULL").fetchone()[0]
+
+
+ALTER_JOBS = "ALTER TABLE jobs ADD COLUMN jobq_test_column integer"  # an AccessExclusiveLock on jobs
+
+
+def test_a_migration_behind_a_long_transaction_gives_way_to_the_traffic_on_jobs(empty_database, monkeypatch, caplog):
+    shipped = available()
+    alter = Migration(shipped[-1].version + 1, "test_alter", ALTER_JOBS)
+    monkeypatch.setattr(migrate_module, "LOCK_WAIT_MS", 200)
+    monkeypatch.setattr(migrate_module, "RETRY_PAUSE", 0.3)
+    applied, reads = [], []
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        monkeypatch.setattr(migrate_module, "available", lambda: shipped + [alter])
+        with psycopg.connect(empty_database) as long_transaction, caplog.at_level(logging.WARNING):
+            jobq.enqueue("noop", conn=long_transaction)  # not committed: its lock on jobs stays
+            runner = threading.Thread(target=lambda: applied.extend(migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)))
+            runner.start()
+            time.sleep(0.5)  # the migration waiting for its lock, giving way, trying again
+            with psycopg.connect(empty_database, autocommit=True) as traffic:
+                traffic.execute("SET statement_timeout = '5s'")  # a read queued behind the DDL until the end fails
+                for _ in range(10):
+                    started = time.monotonic()
+                    traffic.execute("SELECT count(*) FROM jobs").fetchone()
+                    reads.append(time.monotonic() - started)
+                    time.sleep(0.1)
+                recorded_meanwhile = traffic.execute(
+                    "SELECT count(*) FROM jobq_migrations WHERE version = %s", (alter.version,)).fetchone()[0]
+            long_transaction.commit()
+            runner.join(30)
+        column = conn.execute("SELECT count(*) FROM information_schema.columns "
+                              "WHERE table_name = 'jobs' AND column_name = 'jobq_test_column'").fetchone()[0]
+    assert max(reads) < 2.0, reads  # each read waited at most one of the DDL's tries (0.2 s), not for the long transaction
+    assert recorded_meanwhile == 0 and applied == [alter] and column == 1
+    assert "migration gave way version=%d name=test_alter" % alter.version in caplog.text
+
+
+def test_a_migration_whose_locks_stay_held_stops_with_its_name(empty_database, monkeypatch):
+    shipped = available()
+    alter = Migration(shipped[-1].version + 1, "test_alter", ALTER_JOBS)
+    for name, value in (("LOCK_WAIT_MS", 100), ("RETRY_PAUSE", 0.2), ("GIVE_UP", 1.0)):
+        monkeypatch.setattr(migrate_module, name, value)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        monkeypatch.setattr(migrate_module, "available", lambda: shipped + [alter])
+        with psycopg.connect(empty_database) as long_transaction:
+            jobq.enqueue("noop", conn=long_transaction)
+            with pytest.raises(MigrationBlocked) as blocked:
+                migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        assert applied_version(conn) == shipped[-1].version  # nothing of it applied
+    assert str(blocked.value).startswith(f"migration {alter.version:04d}_test_alter could not take its locks in 1 s")
 
 
 def test_running_processes_refuse_a_schema_older_than_they_need(empty_database):

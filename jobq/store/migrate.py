@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from psycopg import sql
+from psycopg import errors, sql
 
 from jobq.store.sql.migrations import (
     JOB_EXISTS_ANY,
@@ -39,9 +40,10 @@ from jobq.store.sql.migrations import (
     MIGRATION_TABLE_EXISTS,
     MIGRATION_UNLOCK,
 )
+from jobq.store.sql.partitions import LOCK_TIMEOUT_SET
 from jobq.store import locks
 from jobq.store.connections import Connection
-from jobq.errors import ConversionNeeded, SchemaTooNew, SchemaTooOld
+from jobq.errors import ConversionNeeded, MigrationBlocked, SchemaTooNew, SchemaTooOld
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,21 @@ SEARCH_PATH_SET = sql.SQL("SET search_path = {}")
 # a row), and the option of `jobq migrate` that allows them on a table that does.
 CONVERSIONS = {13: JOB_EXISTS_ANY}
 CONVERSION_OPTION = "--partition"
+
+
+# A file's DDL waits at most LOCK_WAIT_MS for each lock. PostgreSQL grants a table's
+# locks in the order they were asked for, so DDL waiting behind a long transaction on
+# jobs (an ALTER, a trigger or an index made there) would hold every worker's claim and
+# every enqueue in line behind its own request, for as long as that transaction lasts,
+# in the release phase of a rolling deploy. It gives way instead: the file's transaction
+# rolls back, and is tried again RETRY_PAUSE seconds later, for up to GIVE_UP seconds
+# (then MigrationBlocked). A deadlock with a worker's statement (DDL on the partitioned
+# jobs locks it, then each partition; a statement may take them the other way round)
+# ends the same way. A conversion (CONVERSIONS) waits as long as it needs: it is run on
+# purpose, with the workers stopped.
+LOCK_WAIT_MS = 1000
+RETRY_PAUSE = 1.0
+GIVE_UP = 600.0
 
 
 @dataclass(frozen=True)
@@ -160,9 +177,7 @@ def migrate(
                 (holds_rows,) = conn.execute(CONVERSIONS[migration.version]).fetchone()  # type: ignore[misc]
                 if holds_rows:
                     raise ConversionNeeded(migration.version, CONVERSION_OPTION)
-            with conn.transaction():
-                conn.execute(migration.sql)
-                conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+            _apply(conn, migration)
             log.info("migration applied version=%s name=%s", migration.version, migration.name)
             done.append(migration)
         (pins,) = conn.execute(MIGRATION_FUNCTIONS_PIN_EXISTS).fetchone()  # type: ignore[misc]
@@ -171,3 +186,23 @@ def migrate(
         return done
     finally:
         conn.execute(MIGRATION_UNLOCK, {"key": key})
+
+
+def _apply(conn: Connection, migration: Migration) -> None:
+    """One file and its record in one transaction, giving way to the transactions that
+    hold its locks (LOCK_WAIT_MS, RETRY_PAUSE, GIVE_UP)."""
+    deadline = time.monotonic() + GIVE_UP
+    while True:
+        try:
+            with conn.transaction():
+                if migration.version not in CONVERSIONS:
+                    conn.execute(LOCK_TIMEOUT_SET, {"ms": str(LOCK_WAIT_MS)})
+                conn.execute(migration.sql)
+                conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+            return
+        except (errors.LockNotAvailable, errors.DeadlockDetected) as exc:
+            if time.monotonic() + RETRY_PAUSE > deadline:
+                raise MigrationBlocked(migration.version, migration.name, GIVE_UP) from exc
+            log.warning("migration gave way version=%s name=%s: %s; trying again in %g s",
+                        migration.version, migration.name, str(exc).splitlines()[0], RETRY_PAUSE)
+            time.sleep(RETRY_PAUSE)
