@@ -135,7 +135,7 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
     assert "At 03:00" in page.text("#schedule-table") and "Every minute" in page.text("#schedule-table")
     dead = scalar(conn, "SELECT original_id FROM dead_letter_jobs ORDER BY id LIMIT 1")
     page.open(f"/dashboard/jobs/{dead}")  # a dead job links its dead letter's group, which links the job back
-    page.find("#dead-letter-link").click()
+    page.click("#dead-letter-link")
     wait_for(lambda: "/dashboard/dead-letter/groups/" in page.driver.current_url, 10, "the dead letter's group")
     assert page.find(f"a[href='/dashboard/jobs/{dead}']")
     jobq.cancel(slow.id, actor="tester", conn=conn)
@@ -166,7 +166,7 @@ def test_the_filter_shows_the_right_rows(page: Browser, conn):
     page.open("/dashboard/jobs")
     page.find("#f-type").send_keys("resize")
     page.find("#f-tag").send_keys("import:7")
-    page.find("form.filters button[type=submit]").click()
+    page.click("form.filters button[type=submit]")
     wait_for(lambda: "tag=import" in page.driver.current_url, 10, "the filtered page")
     shown = [int(row.get_attribute("data-job")) for row in page.find_all("#job-rows tr[data-job]")]
     assert shown == sorted(wanted, reverse=True)
@@ -183,13 +183,13 @@ def test_all_matching_retries_2000_dead_jobs_through_the_confirmation(page: Brow
     jobq.enqueue("noop", conn=conn)  # pending: not matched
     page.open("/dashboard/jobs?status=dead")
     assert "2,000" in page.text("#status-tabs a[aria-current=page]")
-    page.find("#all-matching").click()
+    page.click("#all-matching")
     Select(page.find("#bulk-action")).select_by_value("retry")
-    page.find("#bulk button[type=submit]").click()
+    page.click("#bulk button[type=submit]")
     wait_for(lambda: page.find_all("#matched"), 10, "the confirmation")
     assert page.text("#matched") == "2,000"
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE retried_as IS NOT NULL") == 0  # nothing changed yet
-    page.find("#confirm").click()
+    page.click("#confirm")
     wait_for(lambda: "/dashboard/operations/" in page.driver.current_url, 10, "the operation's page")
     wait_for(lambda: scalar(conn, "SELECT state FROM jobq_operations") == "done", 60, "the operation done")
     assert scalar(conn, "SELECT count(*) FROM jobs WHERE status = 'dead' AND retried_as IS NOT NULL") == 2000
@@ -206,21 +206,21 @@ def test_dead_letters_are_replayed_when_selected_and_discarded_by_group(page: Br
     group = scalar(conn, "SELECT id FROM jobq_dead_letter_groups")
     page.open("/dashboard/dead-letter")
     assert page.text(f"tr[data-group='{group}'] td.num") == "5"
-    page.find(f"tr[data-group='{group}'] td a").click()
+    page.click(f"tr[data-group='{group}'] td a")
     boxes = page.find_all("#letter-rows input[name=selected]")
     boxes[0].click()
     boxes[1].click()
     assert page.text("#selection-count") == "2 selected"
-    page.find("button[data-confirm-selected=Replay]").click()
+    page.click("button[data-confirm-selected=Replay]")
     alert = page.driver.switch_to.alert
     assert alert.text == "Replay 2 selected?"
     alert.accept()
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM dead_letter_jobs WHERE replayed_at IS NOT NULL") == 2, 10,
              "two letters replayed")
-    page.find("a.button.danger").click()  # discard the whole group: its confirmation first
+    page.click("a.button.danger")  # discard the whole group: its confirmation first
     wait_for(lambda: page.find_all("#matched"), 10, "the confirmation")
     assert page.text("#matched") == "3"
-    page.find("#confirm").click()
+    page.click("#confirm")
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM dead_letter_jobs") == 2, 20, "the rest discarded")
     actions = {row[0] for row in conn.execute("SELECT action FROM jobq_audit")}
     assert {"dead_letter.replay", "bulk_discard"} <= actions
@@ -233,7 +233,7 @@ def test_a_queue_paused_by_its_button_has_none_of_its_jobs_claimed(page: Browser
     wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", first.id) == "done", 30, "a first job done")
     page.open("/dashboard/queues")
     page.find("#reason-1").send_keys("browser test")
-    page.find("#pause-default").click()
+    page.click("#pause-default")
     wait_for(lambda: page.find_all("#resume-default"), 10, "the resume button")
     assert scalar(conn, "SELECT paused_by FROM jobq_queues WHERE name = 'default'") == "dashboard:anonymous"
     assert scalar(conn, "SELECT reason FROM jobq_queues WHERE name = 'default'") == "browser test"
@@ -241,7 +241,7 @@ def test_a_queue_paused_by_its_button_has_none_of_its_jobs_claimed(page: Browser
     time.sleep(2.5)  # more than a poll interval of the test daemon
     claimed = scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND claimed_at IS NOT NULL", later)
     assert claimed == 0
-    page.find("#resume-default").click()
+    page.click("#resume-default")
     wait_for(lambda: scalar(conn, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'done'", later) == 5,
              30, "the jobs done after the resume")
     assert page.console_errors() == []
@@ -269,7 +269,7 @@ def test_a_running_job_is_cancelled_from_its_page(page: Browser, conn, daemon):
     wait_for(lambda: scalar(conn, "SELECT status FROM jobs WHERE id = %s", job.id) == "running", 30, "running")
     page.open(f"/dashboard/jobs/{job.id}")
     assert not page.find_all("#action-retry") and not page.find_all("#action-delete")  # only valid actions
-    page.find("#action-cancel").click()
+    page.click("#action-cancel")
     alert = page.driver.switch_to.alert
     assert alert.text == f"Cancel job {job.id}?"
     alert.accept()
@@ -287,7 +287,7 @@ def test_a_job_enqueued_meanwhile_appears_and_reaches_done_without_a_reload(page
     page.open("/dashboard/jobs")
     assert Select(page.find("#refresh")).first_selected_option.get_attribute("value") == "1"
     page.script("window.notReloaded = true")
-    page.find(f"input[name=selected][value='{older.id}']").click()
+    page.click(f"input[name=selected][value='{older.id}']")
     job = jobq.enqueue("slow", {"sleep_seconds": 1.5}, conn=conn)
     row = f"#job-rows tr[data-job='{job.id}'] .status"
     wait_for(lambda: page.find_all(row), 10, "the new job's row")

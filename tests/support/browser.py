@@ -59,6 +59,17 @@ class Browser:
                 continue
         return self.find(css).text
 
+    def click(self, css: str) -> None:
+        """Click the element; found again if the live refresh replaced it between the
+        find and the click (a stale element is refused before any click is delivered)."""
+        for _ in range(5):
+            try:
+                self.find(css).click()
+                return
+            except StaleElementReferenceException:
+                continue
+        self.find(css).click()
+
     def script(self, code: str, *args: Any) -> Any:
         return self.driver.execute_script(code, *args)
 
