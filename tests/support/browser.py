@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
@@ -18,6 +19,7 @@ from selenium.webdriver.remote.webelement import WebElement
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+T = TypeVar("T")
 WIDE = (1440, 1000)
 PHONE = (390, 844)
 # Where a run's screenshots go: JOBQ_SCREENSHOTS (docs/screenshots to refresh the
@@ -52,23 +54,22 @@ class Browser:
 
     def text(self, css: str) -> str:
         """The element's text; found again if the live refresh replaced it meanwhile."""
-        for _ in range(5):
-            try:
-                return self.find(css).text
-            except StaleElementReferenceException:
-                continue
-        return self.find(css).text
+        return self._fresh(css, lambda element: element.text)
 
     def click(self, css: str) -> None:
         """Click the element; found again if the live refresh replaced it between the
         find and the click (a stale element is refused before any click is delivered)."""
+        self._fresh(css, lambda element: element.click())
+
+    def _fresh(self, css: str, use: Callable[[WebElement], T]) -> T:
+        """``use`` of the element ``css`` names, found again (up to five times) while the
+        live refresh replaces it between the find and the use."""
         for _ in range(5):
             try:
-                self.find(css).click()
-                return
+                return use(self.find(css))
             except StaleElementReferenceException:
                 continue
-        self.find(css).click()
+        return use(self.find(css))
 
     def script(self, code: str, *args: Any) -> Any:
         return self.driver.execute_script(code, *args)
