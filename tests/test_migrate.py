@@ -76,18 +76,22 @@ def test_a_file_numbered_below_one_applied_is_applied_when_it_arrives(empty_data
         assert conn.execute("SELECT to_regclass('jobq_test_reserved') IS NOT NULL").fetchone()[0]
 
 
-ALTER_JOBS = "ALTER TABLE jobs ADD COLUMN jobq_test_column integer"  # an AccessExclusiveLock on jobs
+def ship_an_alter_of_jobs(conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> Migration:
+    """Apply the shipped migrations, then ship one more that takes an AccessExclusiveLock
+    on jobs (a column added); return it."""
+    shipped = available()
+    alter = Migration(shipped[-1].version + 1, "test_alter", "ALTER TABLE jobs ADD COLUMN jobq_test_column integer")
+    migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+    monkeypatch.setattr(migrate_module, "available", lambda: shipped + [alter])
+    return alter
 
 
 def test_a_migration_behind_a_long_transaction_gives_way_to_the_traffic_on_jobs(empty_database, monkeypatch, caplog):
-    shipped = available()
-    alter = Migration(shipped[-1].version + 1, "test_alter", ALTER_JOBS)
     monkeypatch.setattr(migrate_module, "LOCK_WAIT_MS", 200)
     monkeypatch.setattr(migrate_module, "RETRY_PAUSE", 0.3)
     applied, reads = [], []
     with psycopg.connect(empty_database, autocommit=True) as conn:
-        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-        monkeypatch.setattr(migrate_module, "available", lambda: shipped + [alter])
+        alter = ship_an_alter_of_jobs(conn, monkeypatch)
         with psycopg.connect(empty_database) as long_transaction, caplog.at_level(logging.WARNING):
             jobq.enqueue("noop", conn=long_transaction)  # not committed: its lock on jobs stays
             runner = threading.Thread(target=lambda: applied.extend(migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)))
@@ -112,18 +116,15 @@ def test_a_migration_behind_a_long_transaction_gives_way_to_the_traffic_on_jobs(
 
 
 def test_a_migration_whose_locks_stay_held_stops_with_its_name(empty_database, monkeypatch):
-    shipped = available()
-    alter = Migration(shipped[-1].version + 1, "test_alter", ALTER_JOBS)
     for name, value in (("LOCK_WAIT_MS", 100), ("RETRY_PAUSE", 0.2), ("GIVE_UP", 1.0)):
         monkeypatch.setattr(migrate_module, name, value)
     with psycopg.connect(empty_database, autocommit=True) as conn:
-        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-        monkeypatch.setattr(migrate_module, "available", lambda: shipped + [alter])
+        alter = ship_an_alter_of_jobs(conn, monkeypatch)
         with psycopg.connect(empty_database) as long_transaction:
             jobq.enqueue("noop", conn=long_transaction)
             with pytest.raises(MigrationBlocked) as blocked:
                 migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
-        assert applied_version(conn) == shipped[-1].version  # nothing of it applied
+        assert applied_version(conn) == alter.version - 1  # nothing of it applied
     assert str(blocked.value).startswith(f"migration {alter.version:04d}_test_alter could not take its locks in 1 s")
 
 
