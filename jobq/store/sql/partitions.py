@@ -3,8 +3,9 @@ DEFAULT partition; the layout is schema 13's): list, create, attach, lock, uncou
 detach and drop them; and the retention of the finished jobs that no partition of
 their own holds.
 
-Run by :mod:`jobq.store.partitions` (the maintenance leader's partition duty) and
-:mod:`jobq.store.retention` (JOB_DELETE_FINISHED_BEFORE). The statistics of the
+Run by :mod:`jobq.store.partitions` (the maintenance leader's partition duty),
+:mod:`jobq.store.retention` (JOB_DELETE_FINISHED_BEFORE) and :mod:`jobq.store.migrate`
+(LOCK_TIMEOUT_SET, each migration file's wait for its locks). The statistics of the
 partitioned table are in :mod:`jobq.store.sql.statistics`.
 """
 
