@@ -21,19 +21,37 @@ import jobq
 from support import ledger as ledger_file
 
 LEDGER_CREATE = (
-    "CREATE TABLE IF NOT EXISTS test_ledger "
-    "(job_id bigint NOT NULL, lease bigint, pid integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    "CREATE TABLE IF NOT EXISTS test_ledger (run uuid PRIMARY KEY, "
+    "job_id bigint NOT NULL, lease bigint, pid integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
 )
-LEDGER_INSERT = "INSERT INTO test_ledger (job_id, lease, pid) VALUES (%s, %s, %s)"
+LEDGER_INSERT = "INSERT INTO test_ledger (run, job_id, lease, pid) VALUES (%s, %s, %s, %s) ON CONFLICT (run) DO NOTHING"
 
 _conn: psycopg.Connection | None = None
 
 
-def _ledger(job: jobq.Job) -> dict:
+def _record_run(insert: str, *columns: object) -> None:
+    """A run's row in a ledger table, ``insert`` given the run's own id first, then
+    ``columns``; written again while the database restarts: the ledger must not fail the
+    run it records (an insert committed just before a crash, its answer lost, failed the
+    handler, and the job's retry was a second run of a worker never killed). Sent again
+    with the run's id, a committed row is stored once."""
     global _conn
-    if _conn is None or _conn.closed or _conn.broken:
-        _conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger")
-    _conn.execute(LEDGER_INSERT, (job.id, job.lease, os.getpid()))
+    run, deadline = uuid.uuid4(), time.monotonic() + 60
+    while True:
+        try:
+            if _conn is None or _conn.closed or _conn.broken:
+                _conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger",
+                                        connect_timeout=2)
+            _conn.execute(insert, (run, *columns))
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _ledger(job: jobq.Job) -> dict:
+    _record_run(LEDGER_INSERT, job.id, job.lease, os.getpid())
     return {"pid": os.getpid()}
 
 
@@ -78,9 +96,7 @@ def ledger_burn(job: jobq.Job) -> dict:
 def hang(job: jobq.Job) -> None:
     """Starts a child process (its pid goes to the ledger's lease column) and never returns."""
     child = subprocess.Popen(["sleep", "1000"])
-    global _conn
-    _conn = _conn or psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
-    _conn.execute(LEDGER_INSERT, (job.id, child.pid, os.getpid()))
+    _record_run(LEDGER_INSERT, job.id, child.pid, os.getpid())
     time.sleep(10**6)
 
 
@@ -236,28 +252,11 @@ WF_LEDGER_CREATE = (
     "CREATE TABLE IF NOT EXISTS wf_ledger (run uuid PRIMARY KEY, job_id bigint NOT NULL, attempt integer NOT NULL, "
     "pid integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
 )
-_wf_conn: psycopg.Connection | None = None
+WF_LEDGER_INSERT = "INSERT INTO wf_ledger (run, job_id, attempt, pid) VALUES (%s, %s, %s, %s) ON CONFLICT (run) DO NOTHING"
 
 
 def _wf_ledger(job: jobq.Job) -> None:
-    """The run's row, written again while the database restarts: the ledger must not fail
-    the run it records (an insert committed just before a crash, its answer lost, failed
-    the handler, and the job's retry was a second run of a worker never killed). Sent
-    again with the run's id, a committed row is stored once."""
-    global _wf_conn
-    run, deadline = uuid.uuid4(), time.monotonic() + 60
-    while True:
-        try:
-            if _wf_conn is None or _wf_conn.closed or _wf_conn.broken:
-                _wf_conn = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True, application_name="test ledger",
-                                           connect_timeout=2)
-            _wf_conn.execute("INSERT INTO wf_ledger (run, job_id, attempt, pid) VALUES (%s, %s, %s, %s) "
-                             "ON CONFLICT (run) DO NOTHING", (run, job.id, job.attempt, os.getpid()))
-            return
-        except psycopg.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    _record_run(WF_LEDGER_INSERT, job.id, job.attempt, os.getpid())
 
 
 @jobq.register("wf_chaos_parent")
