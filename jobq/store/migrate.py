@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from importlib import resources
 
-from psycopg import errors, sql
+from psycopg import sql
 
 from jobq.store.sql.migrations import (
     JOB_EXISTS_ANY,
@@ -40,8 +39,8 @@ from jobq.store.sql.migrations import (
     MIGRATION_TABLE_EXISTS,
     MIGRATION_UNLOCK,
 )
-from jobq.store.sql.partitions import LOCK_TIMEOUT_SET
 from jobq.store import locks
+from jobq.store.give_way import GAVE_WAY, giving_way
 from jobq.store.connections import Connection
 from jobq.errors import ConversionNeeded, MigrationBlocked, SchemaTooNew, SchemaTooOld
 
@@ -191,18 +190,17 @@ def migrate(
 def _apply(conn: Connection, migration: Migration) -> None:
     """One file and its record in one transaction, giving way to the transactions that
     hold its locks (LOCK_WAIT_MS, RETRY_PAUSE, GIVE_UP)."""
-    deadline = time.monotonic() + GIVE_UP
-    while True:
-        try:
-            with conn.transaction():
-                if migration.version not in CONVERSIONS:
-                    conn.execute(LOCK_TIMEOUT_SET, {"ms": str(LOCK_WAIT_MS)})
-                conn.execute(migration.sql)
-                conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
-            return
-        except (errors.LockNotAvailable, errors.DeadlockDetected) as exc:
-            if time.monotonic() + RETRY_PAUSE > deadline:
-                raise MigrationBlocked(migration.version, migration.name, GIVE_UP) from exc
-            log.warning("migration gave way version=%s name=%s: %s; trying again in %g s",
-                        migration.version, migration.name, str(exc).splitlines()[0], RETRY_PAUSE)
-            time.sleep(RETRY_PAUSE)
+
+    def apply() -> None:
+        conn.execute(migration.sql)
+        conn.execute(MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
+
+    def report(exc: Exception) -> None:
+        log.warning("migration gave way version=%s name=%s: %s; trying again in %g s",
+                    migration.version, migration.name, str(exc).splitlines()[0], RETRY_PAUSE)
+
+    wait_ms = None if migration.version in CONVERSIONS else LOCK_WAIT_MS
+    try:
+        giving_way(conn, apply, wait_ms=wait_ms, pause=RETRY_PAUSE, within=GIVE_UP, on_giving_way=report)
+    except GAVE_WAY as exc:
+        raise MigrationBlocked(migration.version, migration.name, GIVE_UP) from exc
