@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -49,6 +48,7 @@ from jobq.store.sql.partitions import (
 )
 from jobq.store.sql.statistics import JOB_ANALYSIS_DUE, JOB_ANALYZE
 from jobq.store.connections import Connection
+from jobq.store.give_way import giving_way
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ LOCK_TIMEOUT_MS = 500
 # A drop's wait for jobs_finished itself, which every completion writes through: the
 # completions queue behind that wait, so it is short, and tried a few times.
 PARENT_LOCK_TIMEOUT_MS = 50
-PARENT_LOCK_TRIES = 3
 PARENT_LOCK_PAUSE = 0.05  # seconds between two tries: the completions that queued go through
+PARENT_LOCK_WITHIN = 0.25  # seconds: three tries
 PREFIX = "jobs_finished_"
 # The partitioned table is analysed after partitions were made or dropped only if its
 # last analysis is this old (seconds). The analysis samples every partition, the
@@ -163,21 +163,14 @@ def drop_before(conn: Connection, cutoff: datetime) -> int:
 
 def _lock_parent(conn: Connection) -> None:
     """Take jobs_finished for the DETACH that follows (ACCESS EXCLUSIVE), waiting at most
-    PARENT_LOCK_TIMEOUT_MS at a time for its readers, PARENT_LOCK_TRIES times, each try
-    in a savepoint: the completions that queue behind a wait go through in the pause.
-    The DETACH then waits for the partition and the default partition under the same
-    short timeout (their only other users are autovacuum and direct readers; a reader
-    of jobs holds jobs_finished first, so it is gone). Raises LockNotAvailable."""
-    conn.execute(LOCK_TIMEOUT_SET, {"ms": str(PARENT_LOCK_TIMEOUT_MS)})
-    for attempt in range(PARENT_LOCK_TRIES):
-        try:
-            with conn.transaction():
-                conn.execute(FINISHED_PARENT_LOCK)
-            return
-        except psycopg.errors.LockNotAvailable:
-            if attempt == PARENT_LOCK_TRIES - 1:
-                raise
-            time.sleep(PARENT_LOCK_PAUSE)
+    PARENT_LOCK_TIMEOUT_MS at a time for its readers, giving way PARENT_LOCK_PAUSE between
+    tries for PARENT_LOCK_WITHIN seconds, each try in a savepoint: the completions that
+    queue behind a wait go through in the pause. The DETACH then waits for the partition
+    and the default partition under the same short timeout (their only other users are
+    autovacuum and direct readers; a reader of jobs holds jobs_finished first, so it is
+    gone). Raises LockNotAvailable."""
+    giving_way(conn, lambda: conn.execute(FINISHED_PARENT_LOCK), wait_ms=PARENT_LOCK_TIMEOUT_MS,
+               pause=PARENT_LOCK_PAUSE, within=PARENT_LOCK_WITHIN, gave_way=(psycopg.errors.LockNotAvailable,))
 
 
 def oldest_start(conn: Connection) -> datetime | None:
