@@ -27,7 +27,6 @@ two databases' workers never block each other, but the view shows both.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from psycopg import sql
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 from jobq.store import locks
 from jobq.store.embedded import EmbeddedPostgres
+from jobq.store.give_way import giving_way
 from jobq.store.migrate import migrate
 from jobq.testing.database import TEST_SERVER_SETTINGS, URL_VARIABLE, on, throwaway_server  # noqa: F401  (re-exported)
 
@@ -148,17 +148,7 @@ def alter_beside_traffic(conn: psycopg.Connection, statement: str, within: float
     them in the other order, a deadlock the server breaks after a second by aborting
     either side. Each try here waits at most 100 ms for a lock and then gives way, so the
     DDL is the side that yields, and tries again until ``within`` seconds have passed."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            with conn.transaction():
-                conn.execute("SET LOCAL lock_timeout = '100ms'")
-                conn.execute(statement)
-            return
-        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):  # the DDL gave way
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    giving_way(conn, lambda: conn.execute(statement), wait_ms=100, pause=0.05, within=within)
 
 
 def scalar(conn: psycopg.Connection, query: str, *params: object) -> object:
