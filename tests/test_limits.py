@@ -185,6 +185,13 @@ def test_debounce_moves_the_pending_job_and_a_claimed_one_starts_a_new_job(conn,
     assert new.id != first.id and new.status == "pending"
 
 
+def test_a_debounce_longer_than_its_max_wait_makes_the_first_job_due_at_the_max_wait(conn):
+    job = jobq.enqueue("noop", idempotency_key="sync:9", debounce=30, debounce_max_wait=10, conn=conn)
+    assert abs((job.run_at - job.created_at).total_seconds() - 10) < 0.5
+    again = jobq.enqueue("noop", {"v": 2}, idempotency_key="sync:9", debounce=30, debounce_max_wait=10, conn=conn)
+    assert again.id == job.id and again.run_at == job.run_at  # still capped from its first enqueue
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [

@@ -38,10 +38,13 @@ JOB_INSERT = KEYED_INSERT.format(
 )
 
 # JOB_INSERT_DEBOUNCED: JOB_INSERT of a debounced job (jobq.jobs.debounce): due
-# %(debounce)s seconds from now, on the database's clock.
+# %(debounce)s seconds from now, on the database's clock, or %(max_wait)s if that is
+# shorter (the cap JOB_DEBOUNCE_IF_PENDING keeps, from the same created_at).
 JOB_INSERT_DEBOUNCED = KEYED_INSERT.format(
     columns=KEYED_INSERT_COLUMNS + ", concurrency_key",
-    rows=_ONE_ROW.format(run_at="now() + make_interval(secs => %(debounce)s)"),
+    rows=_ONE_ROW.format(
+        run_at="now() + make_interval(secs => least(%(debounce)s::float8, coalesce(%(max_wait)s::float8, %(debounce)s)))"
+    ),
     returning=JOB_COLUMNS,
 )
 
