@@ -68,3 +68,20 @@ def test_inspect_lists_only_the_advisory_locks_of_its_own_database(conn, databas
             ours.execute("SELECT pg_advisory_lock(%s)", (locks.key(DEFAULT_ADVISORY_NAMESPACE, 123456),))
             held = snapshot(conn, namespace=DEFAULT_ADVISORY_NAMESPACE).to_dict()["advisory_locks"]
     assert [lock["holds"] for lock in held] == ["job 123456"]
+
+
+def test_inspect_leaves_out_of_recent_failures_a_step_cancelled_by_its_dead_parent(conn, database_url):
+    """The step carries an error (the reason, naming its parent) but ran no attempt: not a
+    failure, and no run's time to show (`jobq inspect` failed on it)."""
+    wf = jobq.Workflow(name="broken")
+    parent = wf.add("always_fail", max_retries=0)
+    wf.add("noop", after=[parent])
+    run = wf.enqueue(conn=conn)
+    drain(conn)
+    step = jobq.get(run.jobs["noop"].id, conn=conn)
+    assert step.status == "cancelled" and "always_fail" in step.error
+    data = json.loads(run_cli("inspect", "--json", DATABASE_URL=database_url).stdout)
+    assert [f["id"] for f in data["recent_failures"]] == [run.jobs["always_fail"].id]
+    shown = run_cli("inspect", DATABASE_URL=database_url, COLUMNS="200")
+    assert shown.returncode == 0, shown.stderr
+    assert "always_fail" in shown.stdout

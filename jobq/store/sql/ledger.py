@@ -72,9 +72,11 @@ JOB_COUNT_BY_STATUS_UP_TO = (
 )
 
 # JOB_LIST_RECENT_FAILURES: jobs whose last run failed, latest first (jobs_failed_idx).
+# A job with an error that never ran (a step cancelled with its dead parent named) has no
+# heartbeat_at: no run of it failed, and DESC would put it first.
 JOB_LIST_RECENT_FAILURES = (
     "SELECT id, type, queue, status, attempt, max_retries, error, heartbeat_at FROM jobs "
-    "WHERE error IS NOT NULL ORDER BY heartbeat_at DESC LIMIT %(limit)s"
+    "WHERE error IS NOT NULL AND heartbeat_at IS NOT NULL ORDER BY heartbeat_at DESC LIMIT %(limit)s"
 )
 
 # JOB_LIST_RECENT_RUN_TIMES: run time and start latency of the jobs finished done in the
