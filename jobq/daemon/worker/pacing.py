@@ -19,10 +19,19 @@ in line is one an idle peer cannot start. So the size follows the jobs:
 
 The loop never claims more than its claim session's share of the server's lock table
 (:func:`jobq.daemon.presence.lock_budget`), whatever the size here.
+
+A batch also tells whether its jobs keep the CPU busy: if its thread blocked (gave up
+its CPU to wait: a socket, a sleep, a lock) fewer times than it ran jobs, the next
+batches of short jobs are run holding one of the supervisor's tokens
+(:mod:`jobq.daemon.boards.cores`): no more workers run such batches at once than there
+are cores. Jobs that wait on I/O need none. Counted in waits, not in the share of the
+batch's time spent on the CPU: on a loaded machine a CPU-bound job also waits for a
+core, but without blocking.
 """
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable
 
@@ -38,6 +47,15 @@ CLAIM_WORK = 0.1  # seconds of handler time a claim may hold in line, judged by 
 LINE_HOLD = 0.5  # seconds a batch may run before the jobs still in its line go back
 
 
+def blocking_waits() -> int:
+    """How many times the calling thread has blocked: its voluntary context switches."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
+# Where threads' waits are not counted (RUSAGE_THREAD is Linux's), no batch is CPU-bound.
+THREAD_WAITS: Callable[[], int] | None = blocking_waits if hasattr(resource, "RUSAGE_THREAD") else None
+
+
 def next_size(size: int, *, ran: int, seconds: float, all_short: bool, cap: int) -> int:
     """The size of the next claim after a batch of ``size`` whose ``ran`` jobs took
     ``seconds`` of handler time (see the module's docstring)."""
@@ -50,19 +68,32 @@ def next_size(size: int, *, ran: int, seconds: float, all_short: bool, cap: int)
 
 
 class Pace:
-    """The claim size of one worker, and the clock of the batch it runs."""
+    """The claim size of one worker, the clocks of the batch it runs, and whether its
+    last batch kept the CPU busy."""
 
-    __slots__ = ("cap", "size", "_clock", "_started", "_ran", "_seconds", "_all_short")
+    __slots__ = ("cap", "size", "cpu_bound", "_clock", "_waits", "_started", "_waits_before", "_ran", "_seconds",
+                 "_all_short")
 
-    def __init__(self, cap: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cap: int, clock: Callable[[], float] = time.monotonic,
+                 waits: Callable[[], int] | None = THREAD_WAITS) -> None:
         self.cap = cap
         self._clock = clock
+        self._waits = waits
         self.size = 1
+        self.cpu_bound = False
         self._started = 0.0
+        self._waits_before = 0
         self._ran, self._seconds, self._all_short = 0, 0.0, True
+
+    @property
+    def wants_a_core(self) -> bool:
+        """Whether the next batch is one of short jobs that keep the CPU busy (run
+        holding a token of :mod:`jobq.daemon.boards.cores`); a claim of one job is not."""
+        return self.size > 1 and self.cpu_bound
 
     def batch_started(self) -> None:
         self._started = self._clock()
+        self._waits_before = self._waits() if self._waits else 0
         self._ran, self._seconds, self._all_short = 0, 0.0, True
 
     def ran(self, seconds: float) -> bool:
@@ -74,4 +105,5 @@ class Pace:
         return self._clock() - self._started < LINE_HOLD
 
     def batch_over(self) -> None:
+        self.cpu_bound = self._waits is not None and self._waits() - self._waits_before < self._ran
         self.size = next_size(self.size, ran=self._ran, seconds=self._seconds, all_short=self._all_short, cap=self.cap)
