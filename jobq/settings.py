@@ -175,6 +175,11 @@ class Settings(BaseModel):
     """Missed slots a `catch_up="all"` schedule enqueues at most (the latest)."""
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
     """Most jobs a worker claims in one round trip while jobs are short."""
+    short_job_workers: int = Field(default_factory=_cpu_count, ge=0, le=512)
+    """At most this many of a supervisor's workers run batches of short jobs that keep
+    the CPU busy at once (default: the CPU count; more would only share the cores, with
+    their server backends); the others wait their turn. Workers whose jobs are long or
+    wait on I/O are never held back. 0: no limit."""
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
     """A connection whose other end vanished without a word is ended by jobq within about
     this long (keepalive probes after a third of it idle, then every sixth;

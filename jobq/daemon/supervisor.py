@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 
 from jobq.daemon import messages
+from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.boards.jobs import JobBoard
@@ -65,6 +66,7 @@ class Supervisor:
         self.maintenance_respawns = Respawns("maintenance")
         self.idle_board = IdleBoard()  # shared with every worker forked from here
         self.job_board = JobBoard()  # what each worker runs: written by it, read here
+        self.cores = CoreTokens(settings.short_job_workers)  # turns at the cores for batches of short jobs
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -144,7 +146,7 @@ class Supervisor:
         self.job_board.show(slot, None)  # its predecessor's last job is not its own
         finished = FinishedArea()  # what it finished and has not written yet
         worker = WorkerLoop(self.settings, token, write_fd, self.idle_board, slot,
-                        control_fd=control_read, jobs=self.job_board, finished=finished)
+                        control_fd=control_read, jobs=self.job_board, finished=finished, cores=self.cores)
         pid = self.fork(worker.run, ours=(read_fd, control_write), theirs=(write_fd, control_read), die_with=os.getpid())
         worker_id = worker_name(self.settings.hostname, pid, token)
         self.workers[pid] = WorkerProcess(pid, worker_id, messages.Reader(read_fd), time.monotonic(), slot,

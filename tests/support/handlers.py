@@ -126,6 +126,25 @@ def spin(job: jobq.Job) -> dict:
     return {"n": n}
 
 
+@jobq.register("timed_burn")
+def timed_burn(job: jobq.Job) -> dict:
+    """Holds the CPU for payload.seconds without blocking; returns its process and when
+    it ran (wall clock), for tests of who ran what at once."""
+    started = time.time()
+    until = time.monotonic() + job.payload["seconds"]
+    while time.monotonic() < until:
+        pass
+    return {"pid": os.getpid(), "started": started, "ended": time.time()}
+
+
+@jobq.register("timed_sleep")
+def timed_sleep(job: jobq.Job) -> dict:
+    """Waits payload.seconds (blocked, as on I/O); returns as timed_burn does."""
+    started = time.time()
+    time.sleep(job.payload["seconds"])
+    return {"pid": os.getpid(), "started": started, "ended": time.time()}
+
+
 @jobq.register("busy_in_c")
 def busy_in_c(job: jobq.Job) -> int:
     """Hours inside one call to C code (the builtin sum over a range) that holds the

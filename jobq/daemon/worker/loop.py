@@ -46,6 +46,7 @@ from jobq.observe import tracing
 from jobq.daemon import messages
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome
 from jobq.daemon.worker.pacing import Pace
+from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.worker.heartbeat import Heartbeat
 from jobq.daemon.worker.lifeline import Lifeline
@@ -66,6 +67,7 @@ from jobq.settings import Settings
 log = logging.getLogger(__name__)
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
+TURN_WAIT = 0.005  # seconds between two looks for a free token (take_a_turn)
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
 
 
@@ -89,6 +91,7 @@ class WorkerLoop:
         control_fd: int = -1,
         jobs: JobBoard | None = None,
         finished: FinishedArea | None = None,
+        cores: CoreTokens | None = None,
     ) -> None:
         self.settings = settings
         self.token = token
@@ -109,6 +112,7 @@ class WorkerLoop:
         self.stop_reason = ""
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
         self.pace = Pace(settings.claim_batch)  # the claim size (jobq.daemon.worker.pacing)
+        self.cores = cores or CoreTokens(0)  # a turn at the cores for a batch of short jobs (run alone: always)
         # Set by exchange for wait_for_work: whether the last claim found fewer jobs than
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
@@ -185,6 +189,7 @@ class WorkerLoop:
             parent_pid=self.parent_pid,
             orphaned=self.orphaned,
             lost=lifeline.lose,
+            long_job=self.cores.give_back,
         )
         self.heartbeat.start()
         lifeline.start()
@@ -255,6 +260,7 @@ class WorkerLoop:
         except (DatabaseUnavailable, psycopg.Error):
             unrecorded = len(self.in_flight.held())
             log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
+        self.cores.give_back()
         self.heartbeat.stop()
         self.lifeline.stop()  # type: ignore[union-attr]  # made in boot, before anything leaves
         self.listener.close()
@@ -265,13 +271,39 @@ class WorkerLoop:
     def work(self) -> None:
         max_jobs = self.settings.max_jobs_per_child
         while not self.stopping.is_set():
+            if not self.take_a_turn():
+                continue
             if not self.exchange():
+                self.cores.give_back()
                 self.in_flight.idle()
                 self.wait_for_work()
                 continue
             self.run_batch()
             if max_jobs and self.jobs_run >= max_jobs:
                 self.request_stop(f"recycled after {self.jobs_run} jobs")
+
+    def take_a_turn(self) -> bool:
+        """Whether to claim now. A batch of short jobs that keep the CPU busy is claimed
+        and run holding a token of the supervisor's (:mod:`jobq.daemon.boards.cores`);
+        any other claim, without. With none free, the outcomes buffered are written (no
+        job waits on the turn) and the worker waits for one, TURN_WAIT at a time; False
+        when it stopped meanwhile."""
+        if not self.pace.wants_a_core:
+            self.cores.give_back()
+            return True
+        first = self.slot % max(self.cores.tokens, 1)  # workers try the tokens in different orders
+        if self.cores.take(first):
+            return True
+        if self.in_flight.held():
+            self.outcomes.write(self.session)
+        while not self.stopping.is_set():
+            self.wakeup.wait(TURN_WAIT)
+            self.wakeup.drain()
+            if os.getppid() != self.parent_pid:
+                self.request_stop("parent died")
+            elif self.cores.take(first):
+                return True
+        return False
 
     def wait_for_work(self) -> None:
         next_in = self.next_in  # asked with the last claim when it looked like the end of the queue

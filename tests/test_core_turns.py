@@ -1,0 +1,145 @@
+"""Turns at the cores (jobq.daemon.boards.cores, JOBQ_SHORT_JOB_WORKERS): no more of a
+supervisor's workers run batches of short CPU-bound jobs at once than it has tokens;
+workers whose jobs wait on I/O are not held back."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import psycopg
+import pytest
+
+import jobq
+from jobq.daemon.boards.cores import CoreTokens
+from jobq.daemon.worker.pacing import Pace
+from support.waiting import wait_for
+
+FORK = multiprocessing.get_context("fork")
+
+
+def _hold(tokens: CoreTokens, took) -> None:
+    """In a child: try for a token, say whether it was had, and hold on (until killed)."""
+    took.put((os.getpid(), tokens.take()))
+    time.sleep(60)
+
+
+def _holders(tokens: CoreTokens, took, n: int) -> list:
+    children = [FORK.Process(target=_hold, args=(tokens, took)) for _ in range(n)]
+    for child in children:
+        child.start()
+    return children
+
+
+def _kill(*children) -> None:
+    for child in children:
+        child.kill()  # SIGKILL: a process's record locks go with it
+        child.join(10)
+
+
+@pytest.mark.daemon
+def test_no_more_processes_hold_a_token_than_there_are_tokens_and_a_killed_holder_frees_its_own():
+    tokens, took = CoreTokens(2), FORK.Queue()
+    children = _holders(tokens, took, 4)
+    answers = dict(took.get(timeout=10) for _ in children)
+    assert sorted(answers.values()) == [False, False, True, True]
+    _kill(*(child for child in children if answers[child.pid]))  # both holders
+    late = _holders(tokens, took, 2)
+    assert sorted(had for _, had in (took.get(timeout=10), took.get(timeout=10))) == [True, True]
+    _kill(*children, *late)
+
+
+@pytest.mark.daemon
+def test_a_token_given_back_is_had_by_the_next_process_and_zero_tokens_hold_back_nobody():
+    tokens, took = CoreTokens(1), FORK.Queue()
+    assert tokens.take() and tokens.held  # this process
+    first = _holders(tokens, took, 1)
+    assert took.get(timeout=10)[1] is False
+    tokens.give_back()
+    assert not tokens.held
+    second = _holders(tokens, took, 1)
+    assert took.get(timeout=10)[1] is True
+    _kill(*first, *second)
+    assert CoreTokens(0).take()  # no limit: always a turn
+
+
+class Waits:
+    """A thread's count of blocking waits, moved by hand."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> int:
+        return self.n
+
+
+@pytest.mark.unit
+def test_a_batch_of_short_jobs_that_did_not_block_wants_a_core_and_one_that_blocked_or_ran_long_does_not():
+    waits = Waits()
+    pace = Pace(500, waits=waits)
+    assert not pace.wants_a_core  # nothing known yet: a claim of one, without a token
+
+    def batch(jobs: int, blocked: int, seconds: float = 0.001) -> None:
+        pace.batch_started()
+        for _ in range(jobs):
+            pace.ran(seconds)
+        waits.n += blocked
+        pace.batch_over()
+
+    batch(1, blocked=0)
+    assert pace.size == 2 and pace.wants_a_core
+    batch(2, blocked=1)  # less than once a job: CPU-bound still
+    assert pace.size == 4 and pace.wants_a_core
+    batch(4, blocked=4)  # once a job: waiting on I/O
+    assert pace.size == 8 and not pace.cpu_bound and not pace.wants_a_core
+    batch(8, blocked=0)
+    assert pace.wants_a_core
+    batch(8, blocked=0, seconds=0.2)  # a long job: a claim of one again, no token
+    assert pace.size == 1 and pace.cpu_bound and not pace.wants_a_core
+    assert not Pace(500, waits=None).wants_a_core
+
+
+def _overlap_share(conn: psycopg.Connection) -> float:
+    """Of the time some worker ran a job, the share when two or more did (wall clock of
+    the handlers' own processes, from their results)."""
+    runs = [row[0] for row in conn.execute("SELECT result FROM jobs WHERE status = 'done'")]
+    events = sorted([(r["started"], 1, r["pid"]) for r in runs] + [(r["ended"], -1, r["pid"]) for r in runs])
+    running: dict[int, int] = {}
+    busy = together = 0.0
+    last = events[0][0]
+    for at, step, pid in events:
+        pids = sum(1 for n in running.values() if n > 0)
+        busy += (at - last) if pids >= 1 else 0.0
+        together += (at - last) if pids >= 2 else 0.0
+        running[pid] = running.get(pid, 0) + step
+        last = at
+    return together / busy
+
+
+def _drain(daemon, conn: psycopg.Connection, job_type: str, n: int, seconds: float, tokens: int) -> float:
+    jobq.enqueue_many([{"type": job_type, "payload": {"seconds": seconds}}] * n, conn=conn)
+    worker = daemon(3, JOBQ_SHORT_JOB_WORKERS=str(tokens))
+    wait_for(lambda: jobq.counts(conn=conn).depth["done"] == n, 120, f"{n} {job_type} jobs done")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0  # workers waiting for a turn stop when told
+    return _overlap_share(conn)
+
+
+@pytest.mark.daemon
+def test_one_token_lets_one_worker_at_a_time_run_short_cpu_bound_jobs(daemon, conn):
+    share = _drain(daemon, conn, "timed_burn", 1500, 0.001, tokens=1)
+    assert share < 0.2, share  # the workers' first claims of one job each run side by side, then one at a time
+
+
+@pytest.mark.daemon
+def test_without_a_limit_the_same_jobs_run_in_every_worker_at_once(daemon, conn):
+    share = _drain(daemon, conn, "timed_burn", 900, 0.001, tokens=0)
+    assert share > 0.4, share
+
+
+@pytest.mark.daemon
+def test_workers_whose_short_jobs_wait_on_io_are_not_held_back(daemon, conn):
+    share = _drain(daemon, conn, "timed_sleep", 900, 0.002, tokens=1)
+    assert share > 0.4, share
