@@ -39,13 +39,14 @@ from jobq.store import locks
 from jobq.jobs.leases import Claim
 from jobq.limits.gate import Gate
 from jobq.daemon import presence
-from jobq.daemon.worker import outcomes, registration
+from jobq.daemon.worker import control, outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
-from jobq.handlers import context, coroutines, execution
+from jobq.handlers import coroutines, execution
 from jobq.observe import tracing
 from jobq.daemon import messages
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome
 from jobq.daemon.worker.pacing import Pace
+from jobq.daemon.worker.turns import Turns
 from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.worker.heartbeat import Heartbeat
@@ -67,7 +68,6 @@ from jobq.settings import Settings
 log = logging.getLogger(__name__)
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
-TURN_WAIT = 0.005  # seconds between two looks for a free token (take_a_turn)
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
 
 
@@ -112,7 +112,7 @@ class WorkerLoop:
         self.stop_reason = ""
         self.jobs_run = 0  # handlers started (what JOBQ_MAX_JOBS_PER_CHILD counts)
         self.pace = Pace(settings.claim_batch)  # the claim size (jobq.daemon.worker.pacing)
-        self.cores = cores or CoreTokens(0)  # a turn at the cores for a batch of short jobs (run alone: always)
+        self.cores = cores or CoreTokens(0)  # turns at the cores for batches of short jobs (run alone: none needed)
         # Set by exchange for wait_for_work: whether the last claim found fewer jobs than
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
@@ -179,6 +179,8 @@ class WorkerLoop:
             self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
         )
         self.session.on_lost = lifeline.lose
+        self.turns = Turns(self.cores, self.slot, wakeup=self.wakeup, stopping=self.stopping, parent_pid=self.parent_pid,
+                           orphaned=self.orphaned)
         self.heartbeat = Heartbeat(
             self.session,
             self.in_flight,
@@ -189,7 +191,7 @@ class WorkerLoop:
             parent_pid=self.parent_pid,
             orphaned=self.orphaned,
             lost=lifeline.lose,
-            long_job=self.cores.give_back,
+            long_job=self.turns.give_back,
         )
         self.heartbeat.start()
         lifeline.start()
@@ -213,28 +215,8 @@ class WorkerLoop:
             raise Cancelled()
 
     def control_arrived(self) -> bool:
-        """Read what the supervisor sent on the control pipe and mark it in the jobs in
-        flight; True if the handler running now is to be stopped (a cancel of its job,
-        or the lifeline's stop of a job no longer the worker's own), the first time only:
-        a cancel heard again (found after a reconnect) or a stop after a cancel, arriving
-        while the handler cleans up, must not interrupt its cleanup."""
-        interrupt = self.lifeline is not None and self.lifeline.interrupting()  # its own stop of a job not its own
-        arrived: list[messages.Message] = []
-        if self.control is not None:
-            try:
-                arrived, _ = self.control.read()
-            except ValueError:
-                pass  # garbage on the pipe: nothing we can act on
-        for message in arrived:
-            if isinstance(message, messages.Cancel):
-                interrupt = self.in_flight.request_cancel(message.job_id) or interrupt
-            elif isinstance(message, messages.Pause):
-                self.in_flight.pause(message.queue)
-        run = context.current()  # the run stopped, when interrupt is true
-        if not interrupt or run is None or run.interrupted:
-            return False
-        run.interrupted = True
-        return True
+        """Whether the handler running now is to be stopped (:func:`jobq.daemon.worker.control.arrived`)."""
+        return control.arrived(self.control, self.in_flight, self.lifeline)
 
     def request_stop(self, reason: str) -> None:
         """Stop claiming; the running job finishes (signal-safe: only records)."""
@@ -260,7 +242,7 @@ class WorkerLoop:
         except (DatabaseUnavailable, psycopg.Error):
             unrecorded = len(self.in_flight.held())
             log.warning("worker.leaving_without_database worker=%s unrecorded=%s", self.worker_id, unrecorded)
-        self.cores.give_back()
+        self.turns.give_back()
         self.heartbeat.stop()
         self.lifeline.stop()  # type: ignore[union-attr]  # made in boot, before anything leaves
         self.listener.close()
@@ -271,39 +253,16 @@ class WorkerLoop:
     def work(self) -> None:
         max_jobs = self.settings.max_jobs_per_child
         while not self.stopping.is_set():
-            if not self.take_a_turn():
+            if not self.turns.take(self.pace.wants_a_core, flush=lambda: self.in_flight.held() and self.outcomes.write(self.session)):
                 continue
             if not self.exchange():
-                self.cores.give_back()
+                self.turns.give_back()
                 self.in_flight.idle()
                 self.wait_for_work()
                 continue
             self.run_batch()
             if max_jobs and self.jobs_run >= max_jobs:
                 self.request_stop(f"recycled after {self.jobs_run} jobs")
-
-    def take_a_turn(self) -> bool:
-        """Whether to claim now. A batch of short jobs that keep the CPU busy is claimed
-        and run holding a token of the supervisor's (:mod:`jobq.daemon.boards.cores`);
-        any other claim, without. With none free, the outcomes buffered are written (no
-        job waits on the turn) and the worker waits for one, TURN_WAIT at a time; False
-        when it stopped meanwhile."""
-        if not self.pace.wants_a_core:
-            self.cores.give_back()
-            return True
-        first = self.slot % max(self.cores.tokens, 1)  # workers try the tokens in different orders
-        if self.cores.take(first):
-            return True
-        if self.in_flight.held():
-            self.outcomes.write(self.session)
-        while not self.stopping.is_set():
-            self.wakeup.wait(TURN_WAIT)
-            self.wakeup.drain()
-            if os.getppid() != self.parent_pid:
-                self.request_stop("parent died")
-            elif self.cores.take(first):
-                return True
-        return False
 
     def wait_for_work(self) -> None:
         next_in = self.next_in  # asked with the last claim when it looked like the end of the queue
