@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import zlib
 from collections.abc import Mapping
 from typing import Annotated, Literal
-
-import zlib
 
 import psycopg
 import pydantic
@@ -49,8 +48,7 @@ DEFAULT_GRACEFUL_TIMEOUT = 25.0
 DEFAULT_CANCEL_GRACE = 10.0
 DEFAULT_MAX_JOBS_PER_CHILD = 0
 DEFAULT_MAX_SNOOZES = 100  # past this, a job's snooze is a failed run
-# Missed slots a schedule with catch_up="all" enqueues at most (the latest ones).
-DEFAULT_CATCH_UP_MAX = 100
+DEFAULT_CATCH_UP_MAX = 100  # missed slots a schedule with catch_up="all" enqueues at most (the latest ones)
 DEFAULT_CLAIM_BATCH = 500
 DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
@@ -176,10 +174,8 @@ class Settings(BaseModel):
     claim_batch: int = Field(DEFAULT_CLAIM_BATCH, ge=1, le=1000)
     """Most jobs a worker claims in one round trip while jobs are short."""
     short_job_workers: int = Field(default_factory=_cpu_count, ge=0, le=512)
-    """At most this many of a supervisor's workers run batches of short jobs that keep
-    the CPU busy at once (default: the CPU count; more would only share the cores, with
-    their server backends); the others wait their turn. Workers whose jobs are long or
-    wait on I/O are never held back. 0: no limit."""
+    """Most of a supervisor's workers that run batches of short CPU-bound jobs at once (more would only share the
+    cores); the others wait their turn. Workers whose jobs are long or wait on I/O are not held back. 0: no limit."""
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
     """A connection whose other end vanished without a word is ended by jobq within about
     this long (keepalive probes after a third of it idle, then every sixth;
@@ -396,8 +392,7 @@ def reset() -> None:
 
 
 def _unlock_in_child() -> None:
-    # A fork taken while another thread held the lock would leave it held for ever in
-    # the child; the child has only the forking thread, so a new lock is safe.
+    # A fork while another thread held the lock leaves it held for ever in the child (only the forking thread): a new one.
     global _current_lock
     _current_lock = threading.Lock()
 
