@@ -143,3 +143,20 @@ def test_without_a_limit_the_same_jobs_run_in_every_worker_at_once(daemon, conn)
 def test_workers_whose_short_jobs_wait_on_io_are_not_held_back(daemon, conn):
     share = _drain(daemon, conn, "timed_sleep", 900, 0.002, tokens=1)
     assert share > 0.4, share
+
+
+@pytest.mark.daemon
+def test_a_job_that_turns_out_long_gives_its_workers_turn_to_another(daemon, conn):
+    """One token, two workers: while one runs a 2 s job its turn is over (the heartbeat's
+    long-job rule), so the other runs the short jobs meanwhile instead of waiting 2 s."""
+    short = {"type": "timed_burn", "payload": {"seconds": 0.001}}
+    jobq.enqueue_many([short] * 300, conn=conn)
+    long = jobq.enqueue("timed_burn", {"seconds": 2.0}, conn=conn)
+    jobq.enqueue_many([short] * 600, conn=conn)
+    worker = daemon(2, JOBQ_SHORT_JOB_WORKERS="1")
+    wait_for(lambda: jobq.counts(conn=conn).depth["done"] == 901, 120, "901 jobs done")
+    worker.stop()
+    ran = jobq.get(long.id, conn=conn).result
+    meanwhile = [r for (r,) in conn.execute("SELECT result FROM jobs WHERE id <> %s", (long.id,))
+                 if r["pid"] != ran["pid"] and ran["started"] < r["started"] < ran["ended"]]
+    assert len(meanwhile) > 100, len(meanwhile)
