@@ -5,6 +5,7 @@ The supervisor builds a :class:`WorkerLoop` before the fork and calls :meth:`run
 child; everything that opens a file, a socket or a connection happens there. The
 loop, top to bottom::
 
+    a batch of short CPU-bound jobs next -> wait for a turn at the cores (turns.py)
     exchange: write the buffered outcomes and claim the next batch, one round trip
     nothing claimed -> show idle, wait (notification, poll interval, next run_at)
     run the batch: one job at a time, outcome into the buffer, written within
@@ -253,7 +254,7 @@ class WorkerLoop:
     def work(self) -> None:
         max_jobs = self.settings.max_jobs_per_child
         while not self.stopping.is_set():
-            if not self.turns.take(self.pace.wants_a_core, flush=lambda: self.in_flight.held() and self.outcomes.write(self.session)):
+            if not self.turns.take(self.pace.wants_a_core, flush=self.write_held):
                 continue
             if not self.exchange():
                 self.turns.give_back()
@@ -263,6 +264,11 @@ class WorkerLoop:
             self.run_batch()
             if max_jobs and self.jobs_run >= max_jobs:
                 self.request_stop(f"recycled after {self.jobs_run} jobs")
+
+    def write_held(self) -> None:
+        """Write the buffered outcomes now (before a wait for a turn: no job waits on it)."""
+        if self.in_flight.held():
+            self.outcomes.write(self.session)
 
     def wait_for_work(self) -> None:
         next_in = self.next_in  # asked with the last claim when it looked like the end of the queue
