@@ -1,5 +1,5 @@
 """Turns at the cores: at most so many of a supervisor's workers run batches of short,
-CPU-bound jobs at once (``JOBQ_SHORT_JOB_WORKERS``, by default the CPUs it may use).
+CPU-bound jobs at once (``JOBQ_SHORT_JOB_WORKERS``, by default the CPU count).
 
 A worker running short jobs spends its time on its own CPU and its server backend's:
 claiming, decoding, running, writing outcomes. Eight such workers on two cores share
