@@ -49,7 +49,7 @@ DEFAULT_CANCEL_GRACE = 10.0
 DEFAULT_MAX_JOBS_PER_CHILD = 0
 DEFAULT_MAX_SNOOZES = 100  # past this, a job's snooze is a failed run
 DEFAULT_CATCH_UP_MAX = 100  # missed slots a schedule with catch_up="all" enqueues at most (the latest ones)
-DEFAULT_CLAIM_BATCH = 500
+DEFAULT_CLAIM_BATCH = 1000
 DEFAULT_DEAD_CONNECTION_TIMEOUT = 30.0
 MIN_DEAD_CONNECTION_TIMEOUT = 1.0  # keepalive timers count whole seconds
 DEFAULT_RETENTION = 7 * 24 * 3600.0
