@@ -180,8 +180,8 @@ class WorkerLoop:
             self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
         )
         self.session.on_lost = lifeline.lose
-        self.turns = Turns(self.cores, self.slot, wakeup=self.wakeup, stopping=self.stopping, parent_pid=self.parent_pid,
-                           orphaned=self.orphaned)
+        self.turns = Turns(self.cores, self.slot, wakeup=self.wakeup, stopping=self.stopping,
+                           after_wait=self.stop_if_orphaned)
         self.heartbeat = Heartbeat(
             self.session,
             self.in_flight,
@@ -288,6 +288,10 @@ class WorkerLoop:
             self.seat.forget()
         self.wakeup.drain()
         self.queues.woken()  # a queue may have appeared
+        self.stop_if_orphaned()
+
+    def stop_if_orphaned(self) -> None:
+        """After a wait: a worker whose supervisor is gone stops."""
         if os.getppid() != self.parent_pid:
             self.request_stop("parent died")
 

@@ -10,7 +10,6 @@ until it has one or is stopping.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 
@@ -22,13 +21,14 @@ TURN_WAIT = 0.005  # seconds between two looks for a free token
 
 class Turns:
     def __init__(self, cores: CoreTokens, slot: int, *, wakeup: SelfPipe, stopping: threading.Event,
-                 parent_pid: int, orphaned: Callable[[], None]) -> None:
+                 after_wait: Callable[[], None]) -> None:
+        """``after_wait`` is the loop's check after any wait (a worker whose supervisor is
+        gone stops)."""
         self.cores = cores
         self.first = slot % max(cores.tokens, 1)  # workers try the tokens in different orders
         self.wakeup = wakeup
         self.stopping = stopping
-        self.parent_pid = parent_pid
-        self.orphaned = orphaned
+        self.after_wait = after_wait
 
     def take(self, wants_a_core: bool, flush: Callable[[], object]) -> bool:
         """Whether to claim now (False: the worker is stopping); ``flush`` writes the
@@ -41,9 +41,8 @@ class Turns:
         flush()
         while not self.stopping.is_set():
             self.wakeup.wait(TURN_WAIT)
-            if os.getppid() != self.parent_pid:
-                self.orphaned()
-            elif self.cores.take(self.first):
+            self.after_wait()
+            if not self.stopping.is_set() and self.cores.take(self.first):
                 return True
         return False
 
