@@ -58,7 +58,7 @@ LOCK_TIMEOUT_MS = 500
 # completions queue behind that wait, so it is short, and tried a few times.
 PARENT_LOCK_TIMEOUT_MS = 50
 PARENT_LOCK_PAUSE = 0.05  # seconds between two tries: the completions that queued go through
-PARENT_LOCK_WITHIN = 0.25  # seconds: three tries
+PARENT_LOCK_WITHIN = 0.25  # seconds of tries: three of 50 ms with their pauses, fewer if the server is slow
 PREFIX = "jobs_finished_"
 # The partitioned table is analysed after partitions were made or dropped only if its
 # last analysis is this old (seconds). The analysis samples every partition, the

@@ -4,8 +4,8 @@ how long their outcomes wait to be written.
 A claim is one round trip, and the outcomes of a batch are one more: the larger the
 batch of short jobs, the less each job pays for them (a drain of noop jobs runs about
 a third faster at 500 than at 50, and about 6 % faster again at 1,000: benchmark/README.md).
-But every job a worker holds
-in line is one an idle peer cannot start. So the size follows the jobs:
+But every job a worker holds in line is one an idle peer cannot start. So the size
+follows the jobs:
 
 - it starts at 1 and doubles after a batch whose jobs all ran shorter than SHORT_JOB,
   up to the cap (``JOBQ_CLAIM_BATCH``) and to as many jobs as the last batch's took
