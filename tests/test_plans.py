@@ -21,7 +21,8 @@ from support.waiting import wait_for
 from jobq.store.sql import leases as lease_statements, outcomes as outcome_statements
 from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.jobs import leases
-from jobq.store import statistics
+from jobq.store import locks, statistics
+from jobq.store.sql.database import LEADER_TRY_LOCK
 from jobq.store.migrate import migrate
 from jobq.settings import DEFAULT_ADVISORY_NAMESPACE
 
@@ -176,6 +177,29 @@ def test_statistics_taken_of_an_empty_live_partition_are_renewed_once_a_backlog_
         assert statistics.analyse_if_stale(conn) == 0  # told: nothing more to do
         (counted,) = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'jobs_live'").fetchone()
         assert counted == 20_000
+
+
+def test_a_worker_that_meets_a_burst_has_the_live_partition_analysed_without_waiting_for_the_leader(
+    empty_database, daemon
+):
+    """Statistics that say jobs_live is empty (a drained queue, analysed) planned a
+    burst's claims and outcomes as nested loops over the batch: two workers drained
+    about 9,000 jobs a second instead of 33,000 until the leader's next look, up to five
+    seconds later. The first claim of 256 or more after a short one has a worker look.
+    Here the test holds the leader's lock and autovacuum is off: nobody else analyses."""
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        migrate(conn, namespace=DEFAULT_ADVISORY_NAMESPACE)
+        conn.execute("ALTER TABLE jobs_live SET (autovacuum_enabled = off)")
+        conn.execute("ANALYZE jobs")  # analysed empty, as after a drain
+        leader = locks.key(DEFAULT_ADVISORY_NAMESPACE, locks.MAINTENANCE_LEADER)
+        assert conn.execute(LEADER_TRY_LOCK, {"key": leader}).fetchone()[0]
+        daemon(2, url=empty_database)
+        wait_for(lambda: conn.execute("SELECT count(*) FROM workers").fetchone()[0] == 2, 20, "two workers")
+        jobq.enqueue_many([{"type": "noop"}] * 5000, conn=conn)
+        wait_for(lambda: conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0] == 5000,
+                 60, "the burst drained")
+        (counted,) = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'jobs_live'").fetchone()
+    assert counted >= 1000, counted  # analysed while the burst was there
 
 
 def test_a_claim_session_plans_each_claim_size_once_whatever_the_statistics_count(database_url):

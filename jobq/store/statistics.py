@@ -9,7 +9,8 @@ to schema 11, the guesses made the claim sort the whole backlog through a second
 of pending jobs (23 ms a claim with 50,000 waiting); schema 12 dropped that index, but
 every other plan over jobs_live is still a guess. The maintenance leader looks every
 few seconds, compares the planner's count with the exact counters, and analyses
-jobs_live itself when the count is far short.
+jobs_live itself when the count is far short; so does a worker whose claims show it a
+burst (:mod:`jobq.daemon.worker.backlog`), without waiting for the leader.
 """
 
 from __future__ import annotations

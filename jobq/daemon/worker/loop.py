@@ -39,12 +39,11 @@ from jobq.jobs import leases
 from jobq.store import locks
 from jobq.jobs.leases import Claim
 from jobq.limits.gate import Gate
-from jobq.daemon import presence
-from jobq.daemon.worker import control, outcomes, registration
+from jobq.daemon.worker import backlog, control, outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
 from jobq.handlers import coroutines, execution
 from jobq.observe import tracing
-from jobq.daemon import messages
+from jobq.daemon import messages, presence
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome
 from jobq.daemon.worker.pacing import Pace
 from jobq.daemon.worker.turns import Turns
@@ -108,6 +107,7 @@ class WorkerLoop:
         self.parent_pid = 0
         self.queues = ServedQueues(settings)
         self.gate = Gate()  # whether a limit applies to its queues: the claim under limits
+        self.backlog = backlog.BacklogWatch()  # a burst the planner was not told of: analysed
         self.lock_base = locks.key(settings.advisory_namespace, 0)
         self.stopping = threading.Event()
         self.stop_reason = ""
@@ -377,12 +377,11 @@ class WorkerLoop:
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
         self.gate.claimed(len(claimed))
+        self.backlog.claimed(self.session, len(claimed), limit)
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
-                log.debug(
-                    "job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
-                    job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id,
-                )
+                log.debug("job.claimed id=%s type=%s queue=%s attempt=%s worker=%s",
+                          job.job.id, job.job.type, job.job.queue, job.job.attempt, self.worker_id)
         if refused:
             # Another session holds the job's lock: never run it here.
             self.session.give_back(refused)

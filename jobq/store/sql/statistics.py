@@ -3,8 +3,8 @@ partitioned table (which autovacuum never analyses) and for its live partition (
 statistics a drained queue leaves empty).
 
 Run by :mod:`jobq.store.partitions` (JOB_ANALYSIS_DUE, JOB_ANALYZE) and
-:mod:`jobq.store.statistics` (JOB_LIVE_STATISTICS_STALE, JOB_LIVE_ANALYZE), both for
-the maintenance leader.
+:mod:`jobq.store.statistics` (JOB_LIVE_STATISTICS_STALE, JOB_LIVE_ANALYZE), for
+the maintenance leader, and the latter also for a worker that meets a burst.
 """
 
 from __future__ import annotations
@@ -37,4 +37,7 @@ JOB_LIVE_STATISTICS_STALE = (
     "FROM pg_class AS c, (SELECT coalesce(sum(n), 0) AS n FROM job_counters "
     "WHERE name IN ('pending', 'claimed', 'running')) AS live WHERE c.oid = 'jobs_live'::regclass"
 )
-JOB_LIVE_ANALYZE = "ANALYZE jobs_live"
+# JOB_LIVE_ANALYZE: by the leader, or by a worker that met a burst (jobq.daemon.worker.backlog);
+# SKIP_LOCKED: an ANALYZE or VACUUM of jobs_live under way (another worker's, autovacuum's)
+# is not waited for, and none is cancelled.
+JOB_LIVE_ANALYZE = "ANALYZE (SKIP_LOCKED) jobs_live"
