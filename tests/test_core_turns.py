@@ -76,6 +76,21 @@ class Waits:
 
 
 @pytest.mark.unit
+def test_a_token_file_broken_under_a_worker_lets_it_run_without_turns_instead_of_waiting_for_ever():
+    """Only a lock held by another process means "not now"; any other error of the lock
+    (here the descriptor replaced by a read-only one, as a handler that closes every
+    descriptor and opens others could leave it) and the worker runs without turns."""
+    tokens = CoreTokens(1)
+    assert tokens.take()
+    tokens.give_back()
+    read_only = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(read_only, tokens._file.fileno())
+    os.close(read_only)
+    assert tokens.take() and tokens.take()  # EBADF: not read as another worker's token
+    tokens.give_back()
+
+
+@pytest.mark.unit
 def test_a_batch_of_short_jobs_that_did_not_block_wants_a_core_and_one_that_blocked_or_ran_long_does_not():
     waits = Waits()
     pace = Pace(500, waits=waits)

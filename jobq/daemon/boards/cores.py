@@ -21,10 +21,14 @@ each other, and a worker holds one token at most.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
 import tempfile
 import threading
+
+log = logging.getLogger(__name__)
 
 
 class CoreTokens:
@@ -59,8 +63,15 @@ class CoreTokens:
                 token = (first + i) % self.tokens
                 try:
                     fcntl.lockf(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, token)
-                except OSError:  # another worker's
-                    continue
+                except OSError as exc:
+                    if exc.errno in (errno.EACCES, errno.EAGAIN):  # another worker's
+                        continue
+                    # The file is no longer what the supervisor made (a handler closed
+                    # or replaced its descriptor): this worker runs without turns
+                    # rather than wait for a token it can never take.
+                    log.warning("worker.turns_off pid=%s error=%s", os.getpid(), exc)
+                    self._file = None
+                    return True
                 self._held = (os.getpid(), token)
                 return True
             return False
