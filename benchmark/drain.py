@@ -1,7 +1,7 @@
 """How fast `jobq worker` drains a backlog, and how soon an idle worker starts a job.
 
     python benchmark/drain.py --jobs 20000 --workers 2 [--supervisors 1] [--rate 200 --latency-jobs 2000]
-                              [--only drain|latency] [--database-url URL] [--log-level INFO] [--json]
+                              [--only drain|latency|burst] [--database-url URL] [--log-level INFO] [--json]
 
 1. Drain: enqueue N noop jobs with enqueue_many, start `jobq worker --concurrency W`
    (S of them with --supervisors S, each a host of its own by JOBQ_HOSTNAME, as several
@@ -11,6 +11,10 @@
 2. Latency: with the workers idle, enqueue jobs one at a time at a steady rate and
    report enqueue-to-start percentiles and the maximum (started_at - created_at,
    database clock).
+3. Burst (only with --only burst): on a database of its own, just migrated (the
+   planner knows nothing of jobs yet, as on a new install), with the workers booted
+   and idle, enqueue N noop jobs in calls of 1,000 and measure as the drain does,
+   from the first claim to the last completion.
 
 Without --database-url an embedded PostgreSQL 16 (default settings, fsync on) is
 started for the run.
@@ -21,9 +25,11 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 
 import psycopg
+from psycopg import conninfo, sql
 
 import jobq
 import stack
@@ -88,6 +94,33 @@ def latency(url: str, n: int, rate: float, workers: int, log_level: str) -> dict
     return {"jobs": n, "rate_per_s": rate, **{k + "_ms": round(v, 2) for k, v in spread.items()}}
 
 
+@contextmanager
+def new_database(url: str, suffix: str) -> Iterator[str]:
+    """A database of its own on ``url``'s server, migrated, dropped afterwards."""
+    name = f"{conninfo.conninfo_to_dict(url)['dbname']}_{suffix}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        own = conninfo.make_conninfo(url, dbname=name)
+        migrated(own)
+        yield own
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def burst(server_url: str, n: int, workers: int, log_level: str) -> dict:
+    with new_database(server_url, "burst") as url, psycopg.connect(url, autocommit=True) as conn:
+        with stack.workers(url, workers, env={"JOBQ_LOG_LEVEL": log_level}, log_name="worker-burst"):
+            time.sleep(2)  # workers booted and idle; the leader's first look done
+            for start in range(0, n, 1000):
+                jobq.enqueue_many([{"type": "noop"}] * min(1000, n - start), conn=conn)
+            wait_done(conn, n, timeout=600)
+        done, seconds = conn.execute(DRAIN_STATS).fetchone()
+    return {"jobs": done, "seconds": round(float(seconds), 3), "jobs_per_s": round(done / float(seconds))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -96,17 +129,19 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--latency-jobs", type=int, default=2000)
     parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--only", choices=("drain", "latency"), help="run one of the two measures")
+    parser.add_argument("--only", choices=("drain", "latency", "burst"), help="run one of the measures")
     args = parse(parser)
 
     with database(args.database_url) as url:
         migrated(url)
         result = {**environment(), "workers": args.workers, "supervisors": args.supervisors}
         result["log_level"] = args.log_level
-        if args.only != "latency":
+        if args.only in (None, "drain"):
             result["drain"] = drain(url, args.jobs, args.workers, args.log_level, args.supervisors)
-        if args.only != "drain":
+        if args.only in (None, "latency"):
             result["latency"] = latency(url, args.latency_jobs, args.rate, args.workers, args.log_level)
+        if args.only == "burst":
+            result["burst"] = burst(url, args.jobs, args.workers, args.log_level)
     if args.json:
         emit(result, True)
         return
@@ -119,6 +154,9 @@ def main() -> None:
             f"drain    {d['jobs']:,} noop jobs, {hosts}: {d['jobs_per_s']:,} jobs/s ({d['seconds']} s); "
             f"sessions per supervisor {d['sessions_per_supervisor']}"
         )
+    if "burst" in result:
+        b = result["burst"]
+        print(f"burst    {b['jobs']:,} noop jobs into {args.workers} idle workers: {b['jobs_per_s']:,} jobs/s ({b['seconds']} s)")
     if "latency" in result:
         lat = result["latency"]
         print(

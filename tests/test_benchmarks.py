@@ -79,6 +79,11 @@ def test_drain_and_enqueue_benchmarks(run):
     assert enqueue["single_enqueues_per_s_notify_on"] > 0 and enqueue["single_enqueues_per_s_notify_off"] > 0
 
 
+def test_drain_benchmark_times_a_burst_on_a_database_of_its_own(run):
+    burst = run("drain.py", "--only", "burst", "--jobs", "2000", "--workers", "1")["burst"]
+    assert burst["jobs"] == 2000 and burst["jobs_per_s"] > 0
+
+
 def test_profile_drain_puts_every_sample_in_a_part(run):
     report = run("profile_drain.py", "--jobs", "6000", "--claim-batch", "50", "--rate", "1000", "--workers", "1")
     (result,) = report["results"]
