@@ -125,6 +125,25 @@ def test_poison_jobs_that_kill_their_workers_never_starve_the_others(ledger, dae
     assert set(runs(ledger).values()) == {1}
 
 
+def test_a_failure_still_buffered_when_its_worker_is_killed_is_recorded_once_with_its_own_error(ledger, daemon):
+    """A failed run is noted in the finished area and waits for the next write, as a
+    success does: here the next job of its batch kills the worker at once. Maintenance
+    records the failure as the worker would have (its error, one attempt), and the next
+    run of the job is its retry, not a second first run."""
+    warm = jobq.enqueue_many([{"type": "ledger", "priority": 9}] * 3, conn=ledger)  # claims of 1, then 2
+    failing = jobq.enqueue("ledger_fail_first", priority=8, conn=ledger)  # the next claim takes these two
+    killer = jobq.enqueue("ledger_killed_first", priority=7, conn=ledger)
+    d = daemon(1)
+    wait_for(lambda: statuses(ledger, [failing.id, killer.id]) == {"done": 2}, 30, "both jobs done after the kill")
+    row = jobq.get(failing.id, conn=ledger)
+    (error,) = [e["error"] for e in row.errors]
+    assert row.attempt == 1 and error.endswith(f"ValueError: planned failure of job {failing.id}"), error
+    assert runs(ledger) == {**{j.id: 1 for j in warm}, failing.id: 2, killer.id: 1}
+    # recovered by maintenance from the dead worker's memory: the failure and the killer's run
+    wait_for(lambda: "retried=2" in d.log(), 10, "the recovery of both jobs logged")
+    assert job_locks(ledger) == set()
+
+
 def test_jobs_finished_before_a_long_one_are_recorded_and_never_run_again_after_a_kill(ledger, daemon):
     short = jobq.enqueue_many([{"type": "ledger", "priority": 9}] * 40, conn=ledger)
     long = jobq.enqueue("ledger_sleep", {"seconds": 2}, priority=1, conn=ledger)

@@ -6,13 +6,16 @@ import os
 import pytest
 
 from jobq.daemon import messages
-from jobq.daemon.boards.finished import AREA, Finished, FinishedArea
+from jobq.daemon.boards.finished import AREA, Failure, Finished, FinishedArea
 
 pytestmark = pytest.mark.unit
 
 
 def note(area: FinishedArea, finished: Finished) -> bool:
-    return area.note(finished.job_id, finished.lease, finished.seconds, finished.result)
+    return area.note(finished.job_id, finished.lease, finished.seconds, finished.result, finished.failure)
+
+
+FAILED = Finished(9, 90, 0.5, None, Failure('Traceback (most recent call last):\n  ...\nValueError: "x y"', 12.5, 2, "00-a-b-01"))
 
 
 def test_an_area_holds_what_was_noted_until_it_is_written():
@@ -20,8 +23,10 @@ def test_an_area_holds_what_was_noted_until_it_is_written():
     assert note(area, Finished(7, 70, 0.25, '{"pid": 1}')) and note(area, Finished(8, 80, 0.5, None))
     upto = area.end()
     note(area, Finished(9, 90, 0.125, "[]"))  # noted while the write of the first two ran
+    note(area, FAILED)
+    note(area, Finished(10, 100, 0.0, None, Failure("E", 0.0)))
     area.written(upto)
-    assert area.take() == [Finished(9, 90, 0.125, "[]")]
+    assert area.take() == [Finished(9, 90, 0.125, "[]"), FAILED, Finished(10, 100, 0.0, None, Failure("E", 0.0))]
     assert area.take() == []  # taking empties it
 
 
@@ -56,7 +61,7 @@ def test_a_forked_worker_notes_what_its_supervisor_takes_after_its_death():
 
 
 def test_a_gone_report_carries_the_finished_jobs_through_the_pipe():
-    finished = (Finished(5, 50, 1.5, '{"a": "b c"}'), Finished(6, 60, 1e-05, None))
+    finished = (Finished(5, 50, 1.5, '{"a": "b c"}'), Finished(6, 60, 1e-05, None), FAILED)
     gone = messages.Gone("host:1:ab", 7, 70, "crash", 30.0, "killed by signal 9 (SIGKILL)", finished)
     other = messages.Gone("host:2:cd", 0, 0, "shutdown", 0.0, "exit code 0")
     read_fd, write_fd = messages.report_pipe()

@@ -28,6 +28,7 @@ MINUTE = lambda claim: 60.0  # noqa: E731  (a job's timeout)
 OK = RunResult('{"ok": true}', None, 0.001)
 FAILED = RunResult(None, "Traceback ...", 0.001, "ValueError")
 CANCELLED = RunResult(None, None, 0.001, cancelled=True)
+SNOOZED = RunResult(None, None, 0.001, snooze=30.0)
 
 
 def claim(job_id: int, locked: bool = True, queue: str = "default") -> Claim:
@@ -232,19 +233,22 @@ def test_transitions_out_of_order_are_refused():
         in_flight.returned(taken)
 
 
-def test_a_success_waits_flush_after_and_what_a_kill_would_lose_is_due_at_once():
+def test_a_success_or_failure_waits_flush_after_and_what_a_kill_would_lose_is_due_at_once():
     in_flight = InFlight()
-    in_flight.hold([claim(1), claim(2), claim(3)])
+    in_flight.hold([claim(1), claim(2), claim(3), claim(4)])
     run_next(in_flight, OK)
     assert not in_flight.due()  # in the finished area: it may wait
     time.sleep(FLUSH_AFTER * 2)
     assert in_flight.due()
     in_flight.written(in_flight.take_outcomes(), set())
     run_next(in_flight, FAILED)
-    assert in_flight.due()  # not in the finished area: before the next job starts
+    assert not in_flight.due() and in_flight.finished_area.end() > 0  # a failure is noted too
+    in_flight.written(in_flight.take_outcomes(), set())
+    run_next(in_flight, SNOOZED)
+    assert in_flight.due() and in_flight.finished_area.end() == 0  # not noted: before the next job starts
     in_flight.written(in_flight.take_outcomes(), set())
     run_next(in_flight, CANCELLED)
-    assert in_flight.due() and in_flight.finished_area.end() == 0  # a cancelled run is no success
+    assert in_flight.due() and in_flight.finished_area.end() == 0  # nor is a cancelled run
 
 
 def test_a_cancel_heard_before_the_start_marks_the_run_and_one_heard_while_it_runs_interrupts():
@@ -282,7 +286,7 @@ def test_a_cancel_heard_before_a_job_is_held_still_withdraws_it():
 def test_outcomes_taken_are_one_threads_until_written_or_returned():
     in_flight = InFlight()
     in_flight.hold([claim(1), claim(2), claim(3)])
-    run_next(in_flight, FAILED)
+    run_next(in_flight, SNOOZED)
     taken = in_flight.take_outcomes()
     assert in_flight.take_outcomes() is None  # out with one thread: nothing for the other
     run_next(in_flight)
@@ -321,7 +325,7 @@ def test_a_write_that_fails_returns_its_outcomes_to_the_buffer():
 def test_after_a_failed_write_the_heartbeat_leaves_the_outcomes_to_the_main_thread_until_its_next_beat():
     in_flight, session = InFlight(), BrokenSession()
     in_flight.hold([claim(1)])
-    run_next(in_flight, FAILED)
+    run_next(in_flight, SNOOZED)
     writer = OutcomeWriter(in_flight, worker_id="w", lock_base=0)
     beat = Heartbeat(
         session, in_flight, writer,  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ from jobq.jobs import leases
 from jobq.daemon import presence
 from jobq.daemon.maintenance import reaper
 from jobq.daemon import messages
-from jobq.daemon.boards.finished import Finished
+from jobq.daemon.boards.finished import Failure, Finished
 from jobq.settings import Settings
 from support.claims import LOCK_BASE, claim
 from support.db import advisory_locks
@@ -137,6 +137,30 @@ def test_the_jobs_a_gone_worker_had_finished_are_recorded_done_under_their_lease
     assert jobq.get(current.job.id, conn=conn).attempt == 1
     totals = jobq.counts(conn=conn).totals
     assert (totals["done_total"], totals["reclaimed_total"]) == (1, 3)
+    assert advisory_locks(conn) == {}
+
+
+def test_the_failures_a_gone_worker_had_noted_are_recorded_as_it_would_have_under_their_lease(conn, worker_session):
+    """A failed run noted in the worker's finished area: its error, its delay and its
+    handler's limit of retries are recorded as the worker's own write would have."""
+    jobq.enqueue_many([{"type": "noop", "max_retries": 3}] * 3, conn=conn)
+    retried, dead, stale = claim(worker_session, 3, worker_id="host:7:abc")
+    end_session(worker_session, conn)
+    finished = (
+        Finished(retried.job.id, retried.lease, 0.25, None, Failure("ValueError: first", 60.0)),
+        Finished(dead.job.id, dead.lease, 0.5, None, Failure("KeyError: 'k'", 1.0, max_retries=0, span="00-ab-cd-01")),
+        Finished(stale.job.id, stale.lease + 1, 0.5, None, Failure("not this run's", 1.0)),
+    )
+    gone = messages.Gone("host:7:abc", 0, 0, "crash", 0, "killed by signal 9", finished)
+    recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
+    assert (recovered.completed, recovered.released, recovered.retried, recovered.dead) == (0, 1, 1, 1)
+    row = jobq.get(retried.job.id, conn=conn)
+    assert (row.status, row.attempt, row.error) == ("pending", 1, "ValueError: first")
+    assert 55 < (row.run_at - row.heartbeat_at).total_seconds() <= 61  # the noted delay, not the settings'
+    row = jobq.get(dead.job.id, conn=conn)
+    assert (row.status, row.attempt, row.error) == ("dead", 0, "KeyError: 'k'")  # the handler's limit of 0
+    assert jobq.get(stale.job.id, conn=conn).status == "pending"  # another lease: released, no attempt
+    assert jobq.get(stale.job.id, conn=conn).attempt == 0
     assert advisory_locks(conn) == {}
 
 

@@ -5,8 +5,8 @@ Worker -> supervisor (the worker's report pipe): ``B`` (:class:`BootError`).
 memory, no message per job, :mod:`jobq.daemon.boards.jobs`.)
 
 Supervisor -> maintenance: ``S`` (:class:`Spawned`), ``G`` (:class:`Gone`), and before
-a ``G`` its ``D`` lines (:class:`Noted`), which the :class:`Reader` hands over inside
-the ``Gone``, as ``finished``.
+a ``G`` its ``D`` and ``F`` lines (:class:`Noted`), which the :class:`Reader` hands over
+inside the ``Gone``, as ``finished``.
 
 Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read when
 a SIGUSR1 says there is something): ``C`` (:class:`Cancel`), ``P`` (:class:`Pause`).
@@ -19,7 +19,7 @@ import os
 import signal
 from dataclasses import dataclass, replace
 
-from jobq.daemon.boards.finished import Finished
+from jobq.daemon.boards.finished import Failure, Finished
 
 PIPE_SIZE = 1 << 20  # room for every message between two reads, whatever comes
 _F_SETPIPE_SZ = 1031
@@ -100,7 +100,8 @@ class Noted:
     """``D <worker_id> <job_id> <lease> <seconds> <result>``: one job the gone worker
     had finished and perhaps not written (from its finished area,
     :mod:`jobq.daemon.boards.finished`), sent before its ``G``; ``result`` is JSON
-    text, empty for none."""
+    text, empty for none. ``F <worker_id> <job_id> <lease> <seconds> <failure>``: the
+    same for a run that raised, the failure as JSON text (one line)."""
 
     worker_id: str
     finished: Finished
@@ -128,7 +129,9 @@ def encode(message: Message) -> bytes:
         line = f"S {message.worker_id}"
     else:
         noted = "".join(
-            f"D {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.result or ''}\n" for f in message.finished
+            f"D {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.result or ''}\n" if f.failure is None
+            else f"F {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.failure.encode()}\n"
+            for f in message.finished
         )
         line = noted + (
             f"G {message.worker_id} {message.job_id} {message.lease} {message.kind} "
@@ -152,9 +155,11 @@ def decode(line: bytes) -> Message | Noted:
     if tag == "G":
         worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
         return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
-    if tag == "D":
-        worker_id, job_id, lease, seconds, result = rest.split(" ", 4)
-        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result or None))
+    if tag in ("D", "F"):
+        worker_id, job_id, lease, seconds, data = rest.split(" ", 4)
+        failure = Failure.decode(data) if tag == "F" else None
+        result = None if failure else data or None
+        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result, failure))
     raise ValueError(f"unknown report {text[:40]!r}")
 
 

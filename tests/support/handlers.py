@@ -82,6 +82,15 @@ def ledger_killed_first(job: jobq.Job) -> dict:
     return _ledger(job)
 
 
+@jobq.register("ledger_fail_first")
+def ledger_fail_first(job: jobq.Job) -> dict:
+    """On its first attempt, records its run and raises; then as ``ledger``."""
+    if job.attempt == 0:
+        _ledger(job)
+        raise ValueError(f"planned failure of job {job.id}")
+    return _ledger(job)
+
+
 @jobq.register("ledger_burn")
 def ledger_burn(job: jobq.Job) -> dict:
     """Holds the CPU in pure Python for payload.seconds."""

@@ -35,6 +35,7 @@ from jobq.store.sql.leases import (
 from jobq.jobs import leases
 from jobq.limits import claims as limited
 from jobq.store import connections
+from jobq.daemon.boards.finished import Finished
 from jobq.daemon.messages import Gone
 from jobq.store.connections import Connection
 from jobq.settings import Settings
@@ -107,8 +108,8 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     (died on its own or was killed by someone else), ``cancel`` (killed after its
     cancelled job's grace: that job is already cancelled, its others go back to pending)
     or ``shutdown`` (killed after the graceful timeout: back to pending, no attempt
-    counted). ``gone.finished`` are jobs whose handler had returned: done, under the
-    lease they ran with. Jobs whose lock is still held (the session has not ended yet)
+    counted). ``gone.finished`` are jobs whose handler had returned, or raised: done, or
+    failed as noted, under the lease they ran with. Jobs whose lock is still held (the session has not ended yet)
     are counted as busy; call again.
     """
     rows = _locked(conn, JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
@@ -119,12 +120,16 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     reasons = {row.job_id: _reason(gone) for row in current}
     def write() -> Recovered:
         recovered = _recover(conn, rows, reasons, settings, lock_base)
-        if done:
-            outcomes = [finished[row.job_id, row.lease] for row in done]
+        succeeded = [row for row in done if finished[row.job_id, row.lease].failure is None]
+        failed = [row for row in done if finished[row.job_id, row.lease].failure is not None]
+        if succeeded:
+            outcomes = [finished[row.job_id, row.lease] for row in succeeded]
             results = [f.result for f in outcomes]
-            rejected = leases.complete(conn, done, results, [f.seconds for f in outcomes], lock_base=lock_base).result()  # type: ignore[arg-type]
-            recovered.completed = len(done) - len(rejected)
+            rejected = leases.complete(conn, succeeded, results, [f.seconds for f in outcomes], lock_base=lock_base).result()  # type: ignore[arg-type]
+            recovered.completed = len(succeeded) - len(rejected)
             recovered.rejected |= rejected
+        if failed:
+            _fail_noted(conn, failed, [finished[row.job_id, row.lease] for row in failed], recovered, lock_base)
         if gone.kind == "timeout":
             _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
         elif gone.kind == "crash":
@@ -203,12 +208,28 @@ def _recover(
         recovered.released = len(release) - len(recovered.rejected)
     if fail:
         delays = [settings.retry_delay(r.attempt) for r in fail]
-        failures, rejected = leases.fail(conn, fail, errors, delays, [0.0] * len(fail), lock_base=lock_base).result()
-        recovered.retried = sum(1 for f in failures if f.status == "pending")
-        recovered.dead = sum(1 for f in failures if f.status == "dead")
-        recovered.superseded = sum(1 for f in failures if f.status == "cancelled")
-        recovered.rejected |= rejected
+        _add_failures(recovered, *leases.fail(conn, fail, errors, delays, [0.0] * len(fail), lock_base=lock_base).result())
     return recovered
+
+
+def _add_failures(recovered: Recovered, failures: list[leases.RecordedFailure], rejected: set[int]) -> None:
+    recovered.retried += sum(1 for f in failures if f.status == "pending")
+    recovered.dead += sum(1 for f in failures if f.status == "dead")
+    recovered.superseded += sum(1 for f in failures if f.status == "cancelled")
+    recovered.rejected |= rejected
+
+
+def _fail_noted(
+    conn: Connection, rows: list[LostJob], noted: list[Finished], recovered: Recovered, lock_base: int
+) -> None:
+    """Record the failures a gone worker had noted and perhaps not written, as it would
+    have: its error, delay, limit of retries and span."""
+    failures = [f.failure for f in noted]
+    _add_failures(recovered, *leases.fail(
+        conn, rows, [f.error for f in failures], [f.delay for f in failures], [f.seconds for f in noted],  # type: ignore[union-attr]
+        max_retries=[f.max_retries for f in failures], spans=[f.span for f in failures],  # type: ignore[union-attr]
+        lock_base=lock_base,
+    ).result())
 
 
 def _count(conn: Connection, rows: list[LostJob], counter: str, recovered: Recovered) -> None:

@@ -16,7 +16,7 @@ written at transitions, never read back for a decision: the job board
 (:mod:`jobq.daemon.boards.jobs`, read by the supervisor) shows a job when it is STARTED,
 before its handler is called, until :meth:`InFlight.idle`; the finished area
 (:mod:`jobq.daemon.boards.finished`, read by the supervisor once the worker is dead)
-notes a success when BUFFERED and lets it go when WRITTEN; the handler's view
+notes a success or a failure when BUFFERED and lets it go when WRITTEN; the handler's view
 (:mod:`jobq.handlers.context`) is the :class:`~jobq.handlers.context.Run` made when
 STARTED, installed by :func:`jobq.handlers.execution.run` while the handler runs.
 
@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from jobq.daemon.boards.finished import FinishedArea
+from jobq.daemon.boards.finished import Failure, FinishedArea
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.messages import Started
 from jobq.handlers import context
@@ -200,17 +200,20 @@ class InFlight:
             return flight
 
     def buffer(self, outcome: Outcome) -> None:
-        """The finished job's outcome: BUFFERED. A success is also noted in the finished
-        area; anything else (or a result too large for the room left) makes the buffer
-        :meth:`due` at once, so that a kill never loses it."""
+        """The finished job's outcome: BUFFERED. A success or a failure is also noted in
+        the finished area; anything else (a snooze, a cancel, a record too large for the
+        room left) makes the buffer :meth:`due` at once, so that a kill never loses it."""
         result, claim = outcome.result, outcome.claim
+        failure = None
+        if result.error is not None and result.snooze is None and not result.cancelled:
+            failure = Failure(result.error, outcome.delay, outcome.max_retries, result.span)
         with self._lock:
             flight = self._flights[claim.job_id]
             if flight.stage is not FINISHED:
                 self._refuse(flight, FINISHED)
             flight.stage, flight.outcome = BUFFERED, outcome
-            noted = result.ok and not result.cancelled and self.finished_area.note(
-                claim.job_id, claim.lease, result.seconds, result.result_json
+            noted = (result.ok or failure is not None) and not result.cancelled and self.finished_area.note(
+                claim.job_id, claim.lease, result.seconds, result.result_json, failure
             )
             self._buffer.append(flight)
             if self._oldest is None:
