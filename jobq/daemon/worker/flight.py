@@ -200,9 +200,8 @@ class InFlight:
             return flight
 
     def buffer(self, outcome: Outcome) -> None:
-        """The finished job's outcome: BUFFERED. A success or a failure is also noted in
-        the finished area; anything else (a snooze, a cancel, a record too large for the
-        room left) makes the buffer :meth:`due` at once, so that a kill never loses it."""
+        """The finished job's outcome: BUFFERED; a success or a failure also noted in the finished area. Anything
+        else (a snooze, a cancel, a record too large) makes the buffer :meth:`due` at once: a kill never loses it."""
         result, claim = outcome.result, outcome.claim
         failure = None
         if result.error is not None and result.snooze is None and not result.cancelled:
