@@ -12,9 +12,11 @@ pytestmark = pytest.mark.unit
 
 
 def note(area: FinishedArea, finished: Finished) -> bool:
-    return area.note(finished.job_id, finished.lease, finished.seconds, finished.result, finished.failure)
+    return area.note(finished.job_id, finished.lease, finished.seconds, finished.result, finished.failure,
+                     finished.snooze)
 
 
+SNOOZED = Finished(11, 110, 0.25, None, snooze=2.5)
 FAILED = Finished(9, 90, 0.5, None, Failure('Traceback (most recent call last):\n  ...\nValueError: "x y"', 12.5, 2, "00-a-b-01"))
 
 
@@ -25,8 +27,9 @@ def test_an_area_holds_what_was_noted_until_it_is_written():
     note(area, Finished(9, 90, 0.125, "[]"))  # noted while the write of the first two ran
     note(area, FAILED)
     note(area, Finished(10, 100, 0.0, None, Failure("E", 0.0)))
+    note(area, SNOOZED)
     area.written(upto)
-    assert area.take() == [Finished(9, 90, 0.125, "[]"), FAILED, Finished(10, 100, 0.0, None, Failure("E", 0.0))]
+    assert area.take() == [Finished(9, 90, 0.125, "[]"), FAILED, Finished(10, 100, 0.0, None, Failure("E", 0.0)), SNOOZED]
     assert area.take() == []  # taking empties it
 
 
@@ -61,7 +64,7 @@ def test_a_forked_worker_notes_what_its_supervisor_takes_after_its_death():
 
 
 def test_a_gone_report_carries_the_finished_jobs_through_the_pipe():
-    finished = (Finished(5, 50, 1.5, '{"a": "b c"}'), Finished(6, 60, 1e-05, None), FAILED)
+    finished = (Finished(5, 50, 1.5, '{"a": "b c"}'), Finished(6, 60, 1e-05, None), FAILED, SNOOZED)
     gone = messages.Gone("host:1:ab", 7, 70, "crash", 30.0, "killed by signal 9 (SIGKILL)", finished)
     other = messages.Gone("host:2:cd", 0, 0, "shutdown", 0.0, "exit code 0")
     read_fd, write_fd = messages.report_pipe()

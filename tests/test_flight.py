@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 import psycopg
 import pytest
 
+from jobq.daemon.boards.finished import AREA
 from jobq.daemon.worker.flight import InFlight, InvalidTransition, Outcome, Stage
 from jobq.daemon.worker.heartbeat import Heartbeat
 from jobq.daemon.worker.pacing import CLAIM_WORK, DEFER_RUNNING, FLUSH_AFTER, LINE_HOLD, Pace, next_size
@@ -29,6 +30,7 @@ OK = RunResult('{"ok": true}', None, 0.001)
 FAILED = RunResult(None, "Traceback ...", 0.001, "ValueError")
 CANCELLED = RunResult(None, None, 0.001, cancelled=True)
 SNOOZED = RunResult(None, None, 0.001, snooze=30.0)
+TOO_LARGE = RunResult('"' + "x" * AREA + '"', None, 0.001)  # no room for it in the finished area
 
 
 def claim(job_id: int, locked: bool = True, queue: str = "default") -> Claim:
@@ -233,18 +235,19 @@ def test_transitions_out_of_order_are_refused():
         in_flight.returned(taken)
 
 
-def test_a_success_or_failure_waits_flush_after_and_what_a_kill_would_lose_is_due_at_once():
+def test_an_outcome_noted_waits_flush_after_and_what_a_kill_would_lose_is_due_at_once():
     in_flight = InFlight()
-    in_flight.hold([claim(1), claim(2), claim(3), claim(4)])
+    in_flight.hold([claim(i) for i in range(1, 6)])
     run_next(in_flight, OK)
     assert not in_flight.due()  # in the finished area: it may wait
     time.sleep(FLUSH_AFTER * 2)
     assert in_flight.due()
     in_flight.written(in_flight.take_outcomes(), set())
-    run_next(in_flight, FAILED)
-    assert not in_flight.due() and in_flight.finished_area.end() > 0  # a failure is noted too
-    in_flight.written(in_flight.take_outcomes(), set())
-    run_next(in_flight, SNOOZED)
+    for noted in (FAILED, SNOOZED):  # noted too
+        run_next(in_flight, noted)
+        assert not in_flight.due() and in_flight.finished_area.end() > 0
+        in_flight.written(in_flight.take_outcomes(), set())
+    run_next(in_flight, TOO_LARGE)
     assert in_flight.due() and in_flight.finished_area.end() == 0  # not noted: before the next job starts
     in_flight.written(in_flight.take_outcomes(), set())
     run_next(in_flight, CANCELLED)
@@ -286,7 +289,7 @@ def test_a_cancel_heard_before_a_job_is_held_still_withdraws_it():
 def test_outcomes_taken_are_one_threads_until_written_or_returned():
     in_flight = InFlight()
     in_flight.hold([claim(1), claim(2), claim(3)])
-    run_next(in_flight, SNOOZED)
+    run_next(in_flight, TOO_LARGE)
     taken = in_flight.take_outcomes()
     assert in_flight.take_outcomes() is None  # out with one thread: nothing for the other
     run_next(in_flight)
@@ -325,7 +328,7 @@ def test_a_write_that_fails_returns_its_outcomes_to_the_buffer():
 def test_after_a_failed_write_the_heartbeat_leaves_the_outcomes_to_the_main_thread_until_its_next_beat():
     in_flight, session = InFlight(), BrokenSession()
     in_flight.hold([claim(1)])
-    run_next(in_flight, SNOOZED)
+    run_next(in_flight, TOO_LARGE)
     writer = OutcomeWriter(in_flight, worker_id="w", lock_base=0)
     beat = Heartbeat(
         session, in_flight, writer,  # type: ignore[arg-type]

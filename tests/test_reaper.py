@@ -140,20 +140,28 @@ def test_the_jobs_a_gone_worker_had_finished_are_recorded_done_under_their_lease
     assert advisory_locks(conn) == {}
 
 
-def test_the_failures_a_gone_worker_had_noted_are_recorded_as_it_would_have_under_their_lease(conn, worker_session):
+def test_the_failures_and_snoozes_a_gone_worker_had_noted_are_recorded_as_it_would_have_under_their_lease(
+    conn, worker_session
+):
     """A failed run noted in the worker's finished area: its error, its delay and its
-    handler's limit of retries are recorded as the worker's own write would have."""
-    jobq.enqueue_many([{"type": "noop", "max_retries": 3}] * 3, conn=conn)
-    retried, dead, stale = claim(worker_session, 3, worker_id="host:7:abc")
+    handler's limit of retries are recorded as the worker's own write would have; and a
+    snooze, with its delay."""
+    jobq.enqueue_many([{"type": "noop", "max_retries": 3}] * 4, conn=conn)
+    retried, dead, stale, snoozed = claim(worker_session, 4, worker_id="host:7:abc")
     end_session(worker_session, conn)
     finished = (
         Finished(retried.job.id, retried.lease, 0.25, None, Failure("ValueError: first", 60.0)),
         Finished(dead.job.id, dead.lease, 0.5, None, Failure("KeyError: 'k'", 1.0, max_retries=0, span="00-ab-cd-01")),
         Finished(stale.job.id, stale.lease + 1, 0.5, None, Failure("not this run's", 1.0)),
+        Finished(snoozed.job.id, snoozed.lease, 0.1, None, snooze=120.0),
     )
     gone = messages.Gone("host:7:abc", 0, 0, "crash", 0, "killed by signal 9", finished)
     recovered = reaper.recover_worker(conn, SETTINGS, LOCK_BASE, gone)
-    assert (recovered.completed, recovered.released, recovered.retried, recovered.dead) == (0, 1, 1, 1)
+    assert (recovered.completed, recovered.released, recovered.retried, recovered.dead, recovered.snoozed) == (
+        0, 1, 1, 1, 1)
+    row = jobq.get(snoozed.job.id, conn=conn)
+    assert (row.status, row.attempt, row.snoozes) == ("pending", 0, 1)  # a snooze, no attempt
+    assert 115 < (row.run_at - row.heartbeat_at).total_seconds() <= 121
     row = jobq.get(retried.job.id, conn=conn)
     assert (row.status, row.attempt, row.error) == ("pending", 1, "ValueError: first")
     assert 55 < (row.run_at - row.heartbeat_at).total_seconds() <= 61  # the noted delay, not the settings'

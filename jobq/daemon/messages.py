@@ -5,7 +5,7 @@ Worker -> supervisor (the worker's report pipe): ``B`` (:class:`BootError`).
 memory, no message per job, :mod:`jobq.daemon.boards.jobs`.)
 
 Supervisor -> maintenance: ``S`` (:class:`Spawned`), ``G`` (:class:`Gone`), and before
-a ``G`` its ``D`` and ``F`` lines (:class:`Noted`), which the :class:`Reader` hands over
+a ``G`` its ``D``, ``F`` and ``Z`` lines (:class:`Noted`), which the :class:`Reader` hands over
 inside the ``Gone``, as ``finished``.
 
 Maintenance -> supervisor, and supervisor -> each worker (its control pipe, read when
@@ -101,7 +101,8 @@ class Noted:
     had finished and perhaps not written (from its finished area,
     :mod:`jobq.daemon.boards.finished`), sent before its ``G``; ``result`` is JSON
     text, empty for none. ``F <worker_id> <job_id> <lease> <seconds> <failure>``: the
-    same for a run that raised, the failure as JSON text (one line)."""
+    same for a run that raised, the failure as JSON text (one line); ``Z ... <delay>``:
+    for a run that snoozed."""
 
     worker_id: str
     finished: Finished
@@ -128,11 +129,7 @@ def encode(message: Message) -> bytes:
     elif isinstance(message, Spawned):
         line = f"S {message.worker_id}"
     else:
-        noted = "".join(
-            f"D {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.result or ''}\n" if f.failure is None
-            else f"F {message.worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.failure.encode()}\n"
-            for f in message.finished
-        )
+        noted = "".join(f"{_noted_line(message.worker_id, f)}\n" for f in message.finished)
         line = noted + (
             f"G {message.worker_id} {message.job_id} {message.lease} {message.kind} "
             f"{message.timeout:g} {_one_line(message.detail)}"
@@ -155,12 +152,24 @@ def decode(line: bytes) -> Message | Noted:
     if tag == "G":
         worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
         return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
-    if tag in ("D", "F"):
+    if tag in ("D", "F", "Z"):
         worker_id, job_id, lease, seconds, data = rest.split(" ", 4)
         failure = Failure.decode(data) if tag == "F" else None
-        result = None if failure else data or None
-        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result, failure))
+        snooze = float(data) if tag == "Z" else None
+        result = (data or None) if tag == "D" else None
+        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result, failure, snooze))
     raise ValueError(f"unknown report {text[:40]!r}")
+
+
+def _noted_line(worker_id: str, f: Finished) -> str:
+    """A :class:`Noted` job's line: ``D`` a success, ``F`` a failure, ``Z`` a snooze."""
+    if f.failure is not None:
+        tag, data = "F", f.failure.encode()
+    elif f.snooze is not None:
+        tag, data = "Z", repr(f.snooze)
+    else:
+        tag, data = "D", f.result or ""
+    return f"{tag} {worker_id} {f.job_id} {f.lease} {f.seconds!r} {data}"
 
 
 def _one_line(text: str) -> str:

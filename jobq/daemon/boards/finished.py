@@ -4,27 +4,27 @@ supervisor.
 A worker writes its outcomes in batches (:mod:`jobq.daemon.worker.outcomes`): a job whose
 handler returned waits a few milliseconds, in the worker's memory, for the next
 write. A worker killed in those milliseconds would lose the outcome, and its job would
-run again. So each success, and each failure (its error, the delay before its next
-attempt, the handler's limit of retries, its span), is also noted in a
-:class:`FinishedArea`, before the next job starts. When a worker dies, the supervisor
-takes what its area holds and tells maintenance, which records those jobs done, or
-failed, under their leases (a write the worker had committed after all is rejected by
-the lease, as any stale write). A kill then runs again at most the job that was
-running. Snoozes, cancels and records too large for the room left are not noted: the
-worker writes them before its next job starts. (Failures were not noted either until
-6 December 2026: each was written on its own before the next job, and a drain in
-which every other job failed went at 1,300 jobs/s.)
+run again. So each success, each failure (its error, the delay before its next
+attempt, the handler's limit of retries, its span) and each snooze (its delay) is also
+noted in a :class:`FinishedArea`, before the next job starts. When a worker dies, the
+supervisor takes what its area holds and tells maintenance, which records those jobs
+done, failed or snoozed under their leases (a write the worker had committed after all
+is rejected by the lease, as any stale write). A kill then runs again at most the job
+that was running. Cancels and records too large for the room left are not noted: the
+worker writes them before its next job starts. (Failures and snoozes were not noted
+either until 6 December 2026: each was written on its own before the next job, and a
+drain in which every other job failed, or snoozed, went at 1,100-1,500 jobs/s.)
 
 The supervisor maps one area per worker before forking it (anonymous shared memory,
 AREA bytes) and unmaps it once it has taken what the dead worker left. The area is a
-header, then records one after the other, each (job id, lease, seconds, data
-length, kind) and its data: the result's JSON text (a success) or the failure's. The
-header is one 8-byte word, (start, end): the offset of the first record not yet
-written and the end of the last. The worker appends a record and then moves the end;
-after a write, it moves the start past what was written, and both back to 0 when
+header, then records one after the other, each (job id, lease, seconds, data length,
+kind) and its data: the result's JSON text (a success), the failure's, or the snooze's
+delay. The header is one 8-byte word, (start, end): the offset of the first record not
+yet written and the end of the last. The worker appends a record and then moves the
+end; after a write, it moves the start past what was written, and both back to 0 when
 nothing waits. Each change of the header is one aligned store, which a kill cannot
-tear, and a record is inside (start, end) only once it is whole. Only the worker writes while it lives; the supervisor reads once it is
-dead.
+tear, and a record is inside (start, end) only once it is whole. Only the worker writes
+while it lives; the supervisor reads once it is dead.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ AREA = 64 * 1024  # bytes per worker: a few thousand short results
 _HEADER = struct.Struct("=II")  # start, end (offsets from the area's first byte)
 _RECORD = struct.Struct("=qqdii")  # job id, lease, seconds, data length (-1: no data), kind
 _NO_RESULT = -1
-_DONE, _FAILED = 0, 1  # a record's kind
+_DONE, _FAILED, _SNOOZED = 0, 1, 2  # a record's kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +63,20 @@ class Failure:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """A job whose handler returned ``result`` (JSON text, None: no result), or raised
-    (``failure``), after ``seconds``, under ``lease``, and whose outcome may not be
-    written yet."""
+    (``failure``), or snoozed for ``snooze`` seconds, after ``seconds``, under ``lease``,
+    and whose outcome may not be written yet."""
 
     job_id: int
     lease: int
     seconds: float
     result: str | None
     failure: Failure | None = None
+    snooze: float | None = None
+
+    @property
+    def outcome(self) -> str:
+        """done, failed or snoozed."""
+        return "failed" if self.failure is not None else "snoozed" if self.snooze is not None else "done"
 
 
 def _padded(n: int) -> int:
@@ -82,19 +88,23 @@ class FinishedArea:
         self._area = mmap.mmap(-1, AREA)  # anonymous and shared: the forked worker writes, the supervisor reads
 
     def note(
-        self, job_id: int, lease: int, seconds: float, result: str | None, failure: Failure | None = None
+        self, job_id: int, lease: int, seconds: float, result: str | None, failure: Failure | None = None,
+        snooze: float | None = None,
     ) -> bool:
         """Append a :class:`Finished` job; False when there is no room for it (then
         write it before the next job starts). Per success: its fields, no object."""
         start, end = _HEADER.unpack_from(self._area, 0)
         end = end or _HEADER.size
-        text = result if failure is None else failure.encode()
+        kind, text = _DONE, result
+        if failure is not None:
+            kind, text = _FAILED, failure.encode()
+        elif snooze is not None:
+            kind, text = _SNOOZED, repr(snooze)
         data = b"" if text is None else text.encode()
         size = _RECORD.size + _padded(len(data))
         if end + size > AREA:
             return False
-        _RECORD.pack_into(self._area, end, job_id, lease, seconds, _NO_RESULT if text is None else len(data),
-                          _DONE if failure is None else _FAILED)
+        _RECORD.pack_into(self._area, end, job_id, lease, seconds, _NO_RESULT if text is None else len(data), kind)
         if data:
             self._area[end + _RECORD.size : end + _RECORD.size + len(data)] = data
         _HEADER.pack_into(self._area, 0, start or _HEADER.size, end + size)
@@ -124,6 +134,8 @@ class FinishedArea:
             data = None if length == _NO_RESULT else self._area[first : first + length].decode()
             if kind == _FAILED:
                 found.append(Finished(job_id, lease, seconds, None, Failure.decode(data or "")))
+            elif kind == _SNOOZED:
+                found.append(Finished(job_id, lease, seconds, None, snooze=float(data or 0)))
             else:
                 found.append(Finished(job_id, lease, seconds, data))
             offset = first + _padded(max(length, 0))

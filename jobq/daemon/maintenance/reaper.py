@@ -67,6 +67,7 @@ class Recovered:
     """What one pass of recovery did."""
 
     completed: int = 0  # done: its handler had returned, the worker died before writing it
+    snoozed: int = 0  # pending again after its snooze: the same
     released: int = 0  # back to pending, no attempt counted
     retried: int = 0  # a failed attempt, back to pending after backoff
     dead: int = 0  # a failed attempt, out of retries
@@ -76,7 +77,7 @@ class Recovered:
 
     @property
     def changed(self) -> int:
-        return self.completed + self.released + self.retried + self.dead + self.superseded
+        return self.completed + self.snoozed + self.released + self.retried + self.dead + self.superseded
 
 
 def reap_stale(conn: Connection, settings: Settings, lock_base: int, *, spared: Collection[str] = ()) -> Recovered:
@@ -108,8 +109,8 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     (died on its own or was killed by someone else), ``cancel`` (killed after its
     cancelled job's grace: that job is already cancelled, its others go back to pending)
     or ``shutdown`` (killed after the graceful timeout: back to pending, no attempt
-    counted). ``gone.finished`` are jobs whose handler had returned, or raised: done, or
-    failed as noted, under the lease they ran with. Jobs whose lock is still held (the session has not ended yet)
+    counted). ``gone.finished`` are jobs whose handler had returned, raised or snoozed:
+    done, failed or snoozed as noted, under the lease they ran with. Jobs whose lock is still held (the session has not ended yet)
     are counted as busy; call again.
     """
     rows = _locked(conn, JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
@@ -120,8 +121,9 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     reasons = {row.job_id: _reason(gone) for row in current}
     def write() -> Recovered:
         recovered = _recover(conn, rows, reasons, settings, lock_base)
-        succeeded = [row for row in done if finished[row.job_id, row.lease].failure is None]
-        failed = [row for row in done if finished[row.job_id, row.lease].failure is not None]
+        failed = [row for row in done if finished[row.job_id, row.lease].outcome == "failed"]
+        snoozed = [row for row in done if finished[row.job_id, row.lease].outcome == "snoozed"]
+        succeeded = [row for row in done if finished[row.job_id, row.lease].outcome == "done"]
         if succeeded:
             outcomes = [finished[row.job_id, row.lease] for row in succeeded]
             results = [f.result for f in outcomes]
@@ -130,6 +132,11 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
             recovered.rejected |= rejected
         if failed:
             _fail_noted(conn, failed, [finished[row.job_id, row.lease] for row in failed], recovered, lock_base)
+        if snoozed:
+            delays = [finished[row.job_id, row.lease].snooze for row in snoozed]
+            rejected = leases.snooze(conn, snoozed, delays, lock_base=lock_base).result()  # type: ignore[arg-type]
+            recovered.snoozed = len(snoozed) - len(rejected)
+            recovered.rejected |= rejected
         if gone.kind == "timeout":
             _count(conn, [row for row in rows if row.job_id == gone.job_id], TIMEOUT_COUNTER, recovered)
         elif gone.kind == "crash":

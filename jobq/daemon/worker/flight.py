@@ -16,7 +16,7 @@ written at transitions, never read back for a decision: the job board
 (:mod:`jobq.daemon.boards.jobs`, read by the supervisor) shows a job when it is STARTED,
 before its handler is called, until :meth:`InFlight.idle`; the finished area
 (:mod:`jobq.daemon.boards.finished`, read by the supervisor once the worker is dead)
-notes a success or a failure when BUFFERED and lets it go when WRITTEN; the handler's view
+notes an outcome when BUFFERED and lets it go when WRITTEN; the handler's view
 (:mod:`jobq.handlers.context`) is the :class:`~jobq.handlers.context.Run` made when
 STARTED, installed by :func:`jobq.handlers.execution.run` while the handler runs.
 
@@ -200,8 +200,8 @@ class InFlight:
             return flight
 
     def buffer(self, outcome: Outcome) -> None:
-        """The finished job's outcome: BUFFERED; a success or a failure also noted in the finished area. Anything
-        else (a snooze, a cancel, a record too large) makes the buffer :meth:`due` at once: a kill never loses it."""
+        """The finished job's outcome: BUFFERED, and noted in the finished area; one that is not (a cancel, a
+        record too large for the room left) makes the buffer :meth:`due` at once: a kill never loses it."""
         result, claim = outcome.result, outcome.claim
         failure = None
         if result.error is not None and result.snooze is None and not result.cancelled:
@@ -211,9 +211,9 @@ class InFlight:
             if flight.stage is not FINISHED:
                 self._refuse(flight, FINISHED)
             flight.stage, flight.outcome = BUFFERED, outcome
-            noted = (result.ok or failure is not None) and not result.cancelled and self.finished_area.note(
-                claim.job_id, claim.lease, result.seconds, result.result_json, failure
-            )
+            snooze = outcome.delay if result.snooze is not None else None
+            noted = not result.cancelled and self.finished_area.note(
+                claim.job_id, claim.lease, result.seconds, result.result_json, failure, snooze)
             self._buffer.append(flight)
             if self._oldest is None:
                 self._oldest = time.monotonic()

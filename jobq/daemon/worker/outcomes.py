@@ -4,7 +4,7 @@ batches (:class:`OutcomeWriter`).
 The outcomes wait in the worker's jobs in flight (:mod:`jobq.daemon.worker.flight`), which
 says when they are due: the main thread writes them with its next claim, or on its own
 once the oldest has waited FLUSH_AFTER seconds or one waits that the finished area does
-not hold (a snooze, a cancel, a record too large for its room: written before the next job
+not hold (a cancel, a record too large for its room: written before the next job
 starts). While the main thread is inside a long handler, the heartbeat thread writes what
 waits (and always before it marks the next job running), so a finished job's outcome is
 committed within milliseconds whatever the job after it does. Either thread writes
