@@ -153,7 +153,6 @@ class WorkerLoop:
     def boot(self) -> None:
         self.wakeup = SelfPipe.for_child(stop=self.handle_stop, quit=self.handle_quit, control=self.handle_control)
         self.control = messages.Reader(self.control_fd) if self.control_fd >= 0 else None
-        coroutines.cancel_on(signal.SIGUSR1, self.control_arrived)
         registration.load_handlers(self.settings)
         try:
             url = self.settings.require_database_url()
@@ -210,9 +209,9 @@ class WorkerLoop:
         would (a handler in a blocking call, e.g. sleep, is interrupted too). Jobs not
         started yet are only marked; the loop gives them back. (The jobs in flight
         record both without their lock: this frame may be on top of one holding it.)
-        While an ``async def`` handler runs, the event loop handles the signal instead
-        (:mod:`jobq.handlers.coroutines`) and cancels the handler's task."""
-        if self.control_arrived():
+        While an ``async def`` handler runs, its task is cancelled instead, by the loop
+        (:func:`jobq.handlers.coroutines.cancel_running`)."""
+        if self.control_arrived() and not coroutines.cancel_running():
             raise Cancelled()
 
     def control_arrived(self) -> bool:
