@@ -41,13 +41,15 @@ DRAIN_STATS = (
 START_LATENCIES = "SELECT extract(epoch FROM started_at - created_at) FROM jobs WHERE status = 'done'"
 
 
-def wait_done(conn: psycopg.Connection, n: int, timeout: float) -> None:
+def wait_done(conn: psycopg.Connection, n: int, timeout: float, statuses: tuple[str, ...] = ("done",)) -> None:
+    """Until ``n`` jobs are in ``statuses`` (done, by default)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if jobq.counts(conn=conn).depth["done"] >= n:
+        if sum(jobq.counts(conn=conn).depth[s] for s in statuses) >= n:
             return
         time.sleep(0.05)
-    raise SystemExit(f"only {jobq.counts(conn=conn).depth['done']} of {n} jobs done after {timeout} s")
+    depth = jobq.counts(conn=conn).depth
+    raise SystemExit(f"only {sum(depth[s] for s in statuses)} of {n} jobs {'/'.join(statuses)} after {timeout} s")
 
 
 def drain(url: str, n: int, workers: int, log_level: str, supervisors: int = 1) -> dict:

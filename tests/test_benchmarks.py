@@ -84,6 +84,14 @@ def test_drain_benchmark_times_a_burst_on_a_database_of_its_own(run):
     assert burst["jobs"] == 2000 and burst["jobs_per_s"] > 0
 
 
+def test_outcomes_benchmark_drains_each_way_a_job_can_end(run):
+    report = run("outcomes.py", "--jobs", "200", "--workers", "1", "--rounds", "1")
+    assert set(report["scenarios"]) == {
+        "done", "dead at once", "failed once, then done", "snoozed once, then done", "async def noop",
+    }
+    assert all(s["median"] > 0 for s in report["scenarios"].values())
+
+
 def test_profile_drain_puts_every_sample_in_a_part(run):
     report = run("profile_drain.py", "--jobs", "6000", "--claim-batch", "50", "--rate", "1000", "--workers", "1")
     (result,) = report["results"]

@@ -110,8 +110,8 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     cancelled job's grace: that job is already cancelled, its others go back to pending)
     or ``shutdown`` (killed after the graceful timeout: back to pending, no attempt
     counted). ``gone.finished`` are jobs whose handler had returned, raised or snoozed:
-    done, failed or snoozed as noted, under the lease they ran with. Jobs whose lock is still held (the session has not ended yet)
-    are counted as busy; call again.
+    done, failed or snoozed as noted, under the lease they ran with. Jobs whose lock is
+    still held (the session has not ended yet) are counted as busy; call again.
     """
     rows = _locked(conn, JOB_LOCK_INFLIGHT_OF_WORKER, {"worker_id": gone.worker_id}, lock_base)
     finished = {(f.job_id, f.lease): f for f in gone.finished}
@@ -121,9 +121,10 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     reasons = {row.job_id: _reason(gone) for row in current}
     def write() -> Recovered:
         recovered = _recover(conn, rows, reasons, settings, lock_base)
-        failed = [row for row in done if finished[row.job_id, row.lease].outcome == "failed"]
-        snoozed = [row for row in done if finished[row.job_id, row.lease].outcome == "snoozed"]
-        succeeded = [row for row in done if finished[row.job_id, row.lease].outcome == "done"]
+        noted: dict[str, list[LostJob]] = {"done": [], "failed": [], "snoozed": []}
+        for row in done:
+            noted[finished[row.job_id, row.lease].outcome].append(row)
+        succeeded, failed, snoozed = noted["done"], noted["failed"], noted["snoozed"]
         if succeeded:
             outcomes = [finished[row.job_id, row.lease] for row in succeeded]
             results = [f.result for f in outcomes]
@@ -148,9 +149,9 @@ def recover_worker(conn: Connection, settings: Settings, lock_base: int, gone: G
     recovered.busy = int(in_flight)
     if recovered.changed:
         log.warning(
-            "reaper.recovered_worker worker=%s kind=%s job=%s completed=%s released=%s retried=%s dead=%s",
-            gone.worker_id, gone.kind, gone.job_id or "-", recovered.completed, recovered.released, recovered.retried,
-            recovered.dead,
+            "reaper.recovered_worker worker=%s kind=%s job=%s completed=%s snoozed=%s released=%s retried=%s dead=%s",
+            gone.worker_id, gone.kind, gone.job_id or "-", recovered.completed, recovered.snoozed, recovered.released,
+            recovered.retried, recovered.dead,
         )
     return recovered
 
