@@ -19,7 +19,7 @@ task ended cancelled is a cancelled run (:class:`jobq.Cancelled` for the caller)
 coroutine that never awaits is not interrupted: the worker is killed after
 JOBQ_CANCEL_GRACE, as for a sync handler that ignores its cancel. (Until 6 December
 2026 the loop took the signal over for each run, ``loop.add_signal_handler`` and back:
-180 us a run, and a drain of ``async def`` noop handlers went at a quarter of the sync
+189 us a run, and a drain of ``async def`` noop handlers went at a quarter of the sync
 ones' rate.)
 """
 
