@@ -12,6 +12,7 @@ import pytest
 import jobq
 from support.api import csrf_of
 from support.browser import Browser, screenshot_dir
+from support.waiting import wait_for
 from support.web_server import WebServer
 
 pytestmark = [pytest.mark.dashboard, pytest.mark.db, pytest.mark.workflows]
@@ -65,13 +66,13 @@ def test_the_graph_in_a_browser_links_each_step_to_its_job_and_back(conn, databa
     browser = Browser(f"http://127.0.0.1:{web.port}", screenshot_dir(tmp_path / "screenshots"))
     try:
         browser.open(f"/dashboard/workflows/{run.id}")
-        assert len(browser.find_all("svg.workflow-graph a")) == 4
+        # Looked for until found: the live refresh swaps the page's regions while a
+        # find runs (a fresh-clone run on a loaded machine found none at once).
+        wait_for(lambda: len(browser.find_all("svg.workflow-graph a")) == 4, 10, "the graph's four steps")
         browser.screenshot("workflow")
         assert browser.console_errors() == []
         browser.script("document.querySelector('svg.workflow-graph a[href$=\"/%d\"]').dispatchEvent("
                        "new MouseEvent('click', {bubbles: true}))" % run.jobs["publish"].id)
-        from support.waiting import wait_for
-
         wait_for(lambda: browser.driver.current_url.endswith(f"/dashboard/jobs/{run.jobs['publish'].id}"), 10,
                  "the step's job page")
         assert f"workflow {run.id}" in browser.text("#job-workflow")
