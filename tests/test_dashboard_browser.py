@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -113,7 +114,8 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
         assert page.screenshot(f"{name}-phone", PHONE) <= PHONE[0], name
         assert page.console_errors() == [], name
     page.open("/dashboard?window=1h")
-    assert len(page.find_all("svg.chart polyline")) >= 8  # four charts, two or three lines each
+    # four charts, two or three lines each (looked for until found: the live refresh swaps regions)
+    wait_for(lambda: len(page.find_all("svg.chart polyline")) >= 8, 10, "the charts' lines")
     legends = " ".join(item.text for item in page.find_all("ul.legend li"))
     assert " ms" in legends and "/s" in legends and "e-0" not in legends  # units, no exponents
     # One time zone, said once; times relative, the UTC instant on hover; links to the API docs and the audit page.
@@ -159,6 +161,15 @@ def test_every_page_opens_without_a_console_error_wide_and_on_a_phone(page: Brow
     assert page.script("return document.activeElement.className") == "skip"
 
 
+def shown_jobs(page: Browser) -> list[str] | None:
+    """The ids of the job rows shown, or None when the live refresh replaced one while
+    they were read."""
+    try:
+        return [row.get_attribute("data-job") for row in page.find_all("#job-rows tr[data-job]")]
+    except StaleElementReferenceException:
+        return None
+
+
 def test_the_filter_shows_the_right_rows(page: Browser, conn):
     wanted = [jobq.enqueue("resize", {"i": i}, tags=["import:7"], conn=conn).id for i in range(3)]
     jobq.enqueue("resize", {"i": 9}, conn=conn)
@@ -168,13 +179,12 @@ def test_the_filter_shows_the_right_rows(page: Browser, conn):
     page.find("#f-tag").send_keys("import:7")
     page.click("form.filters button[type=submit]")
     wait_for(lambda: "tag=import" in page.driver.current_url, 10, "the filtered page")
-    shown = [int(row.get_attribute("data-job")) for row in page.find_all("#job-rows tr[data-job]")]
-    assert shown == sorted(wanted, reverse=True)
+    wait_for(lambda: shown_jobs(page) == [str(i) for i in sorted(wanted, reverse=True)], 10, "the filtered rows")
     assert "Counts exact" in page.text("#count-note")
     # The status tab keeps the filter and counts only its rows.
     assert page.find("#status-tabs a[aria-current=page]").text.startswith("All 3")
     page.open("/dashboard/jobs?queue=mail")
-    assert [row.get_attribute("data-job") for row in page.find_all("#job-rows tr[data-job]")] == ["5"]
+    wait_for(lambda: shown_jobs(page) == ["5"], 10, "the mail queue's one row")
     assert page.console_errors() == []
 
 
