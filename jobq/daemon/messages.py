@@ -19,7 +19,7 @@ import os
 import signal
 from dataclasses import dataclass, replace
 
-from jobq.daemon.boards.finished import Failure, Finished
+from jobq.daemon.boards.finished import OUTCOMES, Finished
 
 PIPE_SIZE = 1 << 20  # room for every message between two reads, whatever comes
 _F_SETPIPE_SZ = 1031
@@ -152,24 +152,20 @@ def decode(line: bytes) -> Message | Noted:
     if tag == "G":
         worker_id, job_id, lease, kind, timeout, detail = rest.split(" ", 5)
         return Gone(worker_id, int(job_id), int(lease), kind, float(timeout), detail)
-    if tag in ("D", "F", "Z"):
+    if tag in _NOTED_TAGS:
         worker_id, job_id, lease, seconds, data = rest.split(" ", 4)
-        failure = Failure.decode(data) if tag == "F" else None
-        snooze = float(data) if tag == "Z" else None
-        result = (data or None) if tag == "D" else None
-        return Noted(worker_id, Finished(int(job_id), int(lease), float(seconds), result, failure, snooze))
+        outcome = OUTCOMES[_NOTED_TAGS.index(tag)]
+        return Noted(worker_id, Finished.of(int(job_id), int(lease), float(seconds), outcome, data or None))
     raise ValueError(f"unknown report {text[:40]!r}")
+
+
+_NOTED_TAGS = "DFZ"  # a Noted line's tag, by its outcome's index in OUTCOMES: done, failed, snoozed
 
 
 def _noted_line(worker_id: str, f: Finished) -> str:
     """A :class:`Noted` job's line: ``D`` a success, ``F`` a failure, ``Z`` a snooze."""
-    if f.failure is not None:
-        tag, data = "F", f.failure.encode()
-    elif f.snooze is not None:
-        tag, data = "Z", repr(f.snooze)
-    else:
-        tag, data = "D", f.result or ""
-    return f"{tag} {worker_id} {f.job_id} {f.lease} {f.seconds!r} {data}"
+    tag = _NOTED_TAGS[OUTCOMES.index(f.outcome)]
+    return f"{tag} {worker_id} {f.job_id} {f.lease} {f.seconds!r} {f.data or ''}"
 
 
 def _one_line(text: str) -> str:

@@ -38,7 +38,8 @@ AREA = 64 * 1024  # bytes per worker: a few thousand short results
 _HEADER = struct.Struct("=II")  # start, end (offsets from the area's first byte)
 _RECORD = struct.Struct("=qqdii")  # job id, lease, seconds, data length (-1: no data), kind
 _NO_RESULT = -1
-_DONE, _FAILED, _SNOOZED = 0, 1, 2  # a record's kind
+OUTCOMES = ("done", "failed", "snoozed")  # a record's kind is its outcome's index here
+_DONE, _FAILED, _SNOOZED = range(len(OUTCOMES))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,32 @@ class Finished:
     @property
     def outcome(self) -> str:
         """done, failed or snoozed."""
-        return "failed" if self.failure is not None else "snoozed" if self.snooze is not None else "done"
+        return OUTCOMES[_coded(self.result, self.failure, self.snooze, encode=False)[0]]
+
+    @property
+    def data(self) -> str | None:
+        """The outcome as kept in text: the result's JSON, the failure's, or the snooze's delay."""
+        return _coded(self.result, self.failure, self.snooze)[1]
+
+    @classmethod
+    def of(cls, job_id: int, lease: int, seconds: float, outcome: str, data: str | None) -> Finished:
+        """The job whose ``outcome`` was kept as ``data`` (:attr:`data`)."""
+        if outcome == "failed":
+            return cls(job_id, lease, seconds, None, Failure.decode(data or ""))
+        if outcome == "snoozed":
+            return cls(job_id, lease, seconds, None, snooze=float(data or 0))
+        return cls(job_id, lease, seconds, data)
+
+
+def _coded(
+    result: str | None, failure: Failure | None, snooze: float | None, *, encode: bool = True
+) -> tuple[int, str | None]:
+    """An outcome's kind (its index in OUTCOMES) and, with ``encode``, its data as text."""
+    if failure is not None:
+        return _FAILED, failure.encode() if encode else None
+    if snooze is not None:
+        return _SNOOZED, repr(snooze)
+    return _DONE, result
 
 
 def _padded(n: int) -> int:
@@ -95,11 +121,7 @@ class FinishedArea:
         write it before the next job starts). Per success: its fields, no object."""
         start, end = _HEADER.unpack_from(self._area, 0)
         end = end or _HEADER.size
-        kind, text = _DONE, result
-        if failure is not None:
-            kind, text = _FAILED, failure.encode()
-        elif snooze is not None:
-            kind, text = _SNOOZED, repr(snooze)
+        kind, text = _coded(result, failure, snooze)
         data = b"" if text is None else text.encode()
         size = _RECORD.size + _padded(len(data))
         if end + size > AREA:
@@ -132,12 +154,7 @@ class FinishedArea:
             job_id, lease, seconds, length, kind = _RECORD.unpack_from(self._area, offset)
             first = offset + _RECORD.size
             data = None if length == _NO_RESULT else self._area[first : first + length].decode()
-            if kind == _FAILED:
-                found.append(Finished(job_id, lease, seconds, None, Failure.decode(data or "")))
-            elif kind == _SNOOZED:
-                found.append(Finished(job_id, lease, seconds, None, snooze=float(data or 0)))
-            else:
-                found.append(Finished(job_id, lease, seconds, data))
+            found.append(Finished.of(job_id, lease, seconds, OUTCOMES[kind], data))
             offset = first + _padded(max(length, 0))
         _HEADER.pack_into(self._area, 0, 0, 0)
         return found
