@@ -125,7 +125,8 @@ class Listener:
                 waking.deaf()
         while True:  # without a connection: try again as soon as the backoff allows
             if time.monotonic() >= self._next_attempt and self.connect():
-                log.info("listener.reconnected channel=%s", self.channel)
+                if self.connects > 1:
+                    log.info("listener.reconnected channel=%s", self.channel)
                 return
             if self._sleep(min(deadline, self._next_attempt), wake_fds) or time.monotonic() >= deadline:
                 return

@@ -35,6 +35,7 @@ from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_OK
 from jobq.daemon.worker.loop import WorkerLoop, worker_name
 from jobq.settings import Settings
+from jobq.store import migrate
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class Supervisor:
         self.install_signals()
         log.info("supervisor.started pid=%s workers=%s queues=%s",
                  os.getpid(), self.num_workers, "(all)" if self.settings.all_queues else ",".join(self.settings.queues))
+        migrate.available()  # read here once, for every child's schema check
         try:
             self.spawn_maintenance()
             self.manage_workers()

@@ -172,8 +172,9 @@ class WorkerLoop:
         )
         self.session.run(lambda conn, _: announce(conn))
         registration.declare_schedules(self.session, worker_id=self.worker_id, stale_seconds=self.settings.stale_threshold)
+        # Its connection is opened by the first wait for work (which then looks once more):
+        # a worker kept busy from its start, or waiting for a turn at the cores, opens none.
         self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}")
-        self.listener.connect()
         dead_after = self.settings.dead_connection_timeout  # 0: connections not watched
         self.lifeline = lifeline = Lifeline(
             self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
