@@ -5,11 +5,10 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from jobq.handlers import context, coroutines
+from jobq.handlers import context, coroutines, tracebacks
 from jobq.observe import tracing
 from jobq.errors import BadPayload, Cancelled, Snooze, UnknownJobType
 from jobq.handlers.registry import Handler
@@ -115,7 +114,7 @@ def _run(job: Job, handler: Handler | None, view: context.Run | None) -> RunResu
         if cancelled:  # an error the cancel caused, e.g. in the handler's cleanup
             return _cancelled(view, started)
         # A payload the handler refused, or no handler at all: the message says it all.
-        error = str(exc) if isinstance(exc, (UnknownJobType, BadPayload)) else _clip(traceback.format_exc())
+        error = str(exc) if isinstance(exc, (UnknownJobType, BadPayload)) else _clip(tracebacks.format_current())
         not_retried = handler.not_retried(exc) if handler is not None else None
         if not_retried is not None:
             error = f"not retried: {not_retried}\n{error}"
