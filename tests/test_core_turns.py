@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import psycopg
@@ -14,7 +15,9 @@ import pytest
 
 import jobq
 from jobq.daemon.boards.cores import CoreTokens
+from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.worker.pacing import Pace
+from jobq.daemon.worker.turns import TURN_WAIT_MAX, Turns
 from support.waiting import wait_for
 
 FORK = multiprocessing.get_context("fork")
@@ -63,6 +66,71 @@ def test_a_token_given_back_is_had_by_the_next_process_and_zero_tokens_hold_back
     assert took.get(timeout=10)[1] is True
     _kill(*first, *second)
     assert CoreTokens(0).take()  # no limit: always a turn
+
+
+class Counted(CoreTokens):
+    """Tokens that count this process's looks for one."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(tokens)
+        self.looks = 0
+
+    def take(self, first: int = 0) -> bool:
+        self.looks += 1
+        return super().take(first)
+
+
+def _turns(tokens: CoreTokens) -> Turns:
+    return Turns(tokens, 0, wakeup=SelfPipe(), stopping=threading.Event(), after_wait=lambda: None)
+
+
+@pytest.mark.daemon
+def test_a_first_claim_goes_without_a_token_while_one_is_free_and_waits_for_one_while_all_are_held():
+    tokens, took = Counted(1), FORK.Queue()
+    turns = _turns(tokens)
+    assert turns.take(False, flush=lambda: None, first=True)
+    assert not tokens.held  # one was free: not kept for a claim of one job
+    holder = _holders(tokens, took, 1)
+    assert took.get(timeout=10)[1] is True
+    assert turns.take(False, flush=lambda: None)  # a later claim of one job: no token asked for
+    assert not tokens.held
+    flushed = []
+    killer = FORK.Process(target=_kill_after, args=(holder[0].pid, 0.5))
+    killer.start()
+    started = time.monotonic()
+    assert turns.take(False, flush=lambda: flushed.append(True), first=True)
+    waited = time.monotonic() - started
+    assert tokens.held and flushed == [True]  # waited for the holder's token, its outcomes written first
+    assert 0.3 < waited < 5
+    tokens.give_back()
+    killer.join(10)
+    _kill(*holder)
+
+
+def _kill_after(pid: int, seconds: float) -> None:
+    time.sleep(seconds)
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.daemon
+def test_a_worker_waiting_for_a_token_looks_less_and_less_often_and_still_takes_one_soon_after_it_is_free():
+    tokens, took = Counted(1), FORK.Queue()
+    holder = _holders(tokens, took, 1)
+    assert took.get(timeout=10)[1] is True
+    killer = FORK.Process(target=_kill_after, args=(holder[0].pid, 1.0))
+    killer.start()
+    turns = _turns(tokens)
+    started = time.monotonic()
+    assert turns.take(True, flush=lambda: None)
+    waited = time.monotonic() - started
+    # At a steady 5 ms it looked about 200 times in the second; backing off to TURN_WAIT_MAX,
+    # about 30.
+    assert tokens.looks < 60, tokens.looks
+    assert tokens.held
+    assert 0.9 < waited < 1.0 + 10 * TURN_WAIT_MAX  # taken within a few looks of the holder's death
+    killer.join(10)
+    tokens.give_back()
+    _kill(*holder)
 
 
 class Waits:

@@ -172,8 +172,7 @@ class WorkerLoop:
         )
         self.session.run(lambda conn, _: announce(conn))
         registration.declare_schedules(self.session, worker_id=self.worker_id, stale_seconds=self.settings.stale_threshold)
-        # Its connection is opened by the first wait for work (which then looks once more):
-        # a worker kept busy from its start, or waiting for a turn at the cores, opens none.
+        # Connected by the first wait for work: a worker kept busy from its start opens none.
         self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}")
         dead_after = self.settings.dead_connection_timeout  # 0: connections not watched
         self.lifeline = lifeline = Lifeline(
@@ -253,9 +252,11 @@ class WorkerLoop:
 
     def work(self) -> None:
         max_jobs = self.settings.max_jobs_per_child
+        first = True  # the first claim: see Turns.take
         while not self.stopping.is_set():
-            if not self.turns.take(self.pace.wants_a_core, flush=self.write_held):
+            if not self.turns.take(self.pace.wants_a_core, flush=self.write_held, first=first):
                 continue
+            first = False
             if not self.exchange():
                 self.turns.give_back()
                 self.in_flight.idle()
