@@ -32,7 +32,7 @@ from jobq.store.keepalive import CHECK_INTERVAL, dead_connection_parameters, ser
 from jobq.store.sql.counters import COUNTER_SLOT_TAKE
 from jobq.store.sql.database import DATABASE_PING
 from jobq.store.options import with_search_path, with_statement_timeout
-from jobq.store import foreign, jsonb, session_settings
+from jobq.store import foreign, jsonb, session_settings, utc
 from jobq.errors import DatabaseUnavailable
 from jobq import settings
 
@@ -139,6 +139,7 @@ class _Connection(psycopg.Connection[Any]):
             kwargs["options"] = _without_check_interval(kwargs["options"])
             conn = super().connect(conninfo, **kwargs)
         jsonb.use_for(conn)
+        utc.use_for(conn)
         return conn
 
 
