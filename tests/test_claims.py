@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 import jobq
+from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.store.sql.queues import JOB_GET_OLDEST_DUE
 from jobq.jobs import leases
 from jobq.observe import tallies
@@ -176,6 +177,26 @@ def test_claim_uses_the_partial_pending_index(conn):
     ).fetchall()
     text = "\n".join(row[0] for row in plan)
     assert "jobs_pending_claim_idx" in text, text
+
+
+def test_a_claim_over_several_queues_reads_each_through_the_claim_index_in_claim_order(conn):
+    """Where each queue holds about as many due jobs as a claim takes, the planner read
+    each queue by a scan of the whole of jobs_live and a sort, once per queue (72 ms a
+    claim of 1,000 over 20 queues of 1,000, against 33): schema 26's jobq_claim_candidates."""
+    queues = [f"q{i}" for i in range(20)]
+    jobs = jobq.enqueue_many([{"type": "noop", "queue": queues[i % 20], "priority": 1 + i % 3}
+                              for i in range(20_000)], conn=conn)
+    conn.execute("ANALYZE jobs")
+    conn.execute(CLAIM_SESSION_PLANNER)  # as a worker's claim session
+    # The session's scans not yet reported (those of its last second, too: read before and after).
+    scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'jobs_live'"
+    with conn.transaction(force_rollback=True):
+        (before,) = conn.execute(scans).fetchone()
+        claimed = leases.claim(conn, queues, worker_id="w", limit=1000, lock_base=LOCK_BASE).result()
+        (after,) = conn.execute(scans).fetchone()
+    first = sorted(jobs, key=lambda job: (-job.priority, job.run_at, job.id))[:1000]
+    assert [c.job.id for c in claimed] == [job.id for job in first]  # the first 1,000 of all 20, in claim order
+    assert after == before
 
 
 def test_due_half_of_a_thousand_jobs_is_done_and_no_lock_is_left(conn):

@@ -25,6 +25,7 @@ from psycopg import sql
 from jobq.store.sql.counters import COUNTER_ADD
 from jobq.store.sql.leases import (
     JOB_CLAIM,
+    JOB_CLAIM_OF_SEVERAL_QUEUES,
     JOB_HEARTBEAT_IF_LEASED,
     JOB_NEXT_RUN_AT,
     JOB_RELEASE_ORPHANS_OF_WORKER,
@@ -149,7 +150,9 @@ def claim(
     sort, before the first row is updated); send it again.
     """
     cur = conn.cursor()
-    cur.execute(claim_statement(limit), {"queues": list(queues), "worker_id": worker_id, "lock_base": lock_base})
+    queues = list(queues)
+    cur.execute(claim_statement(limit, several=len(queues) > 1),
+                {"queues": queues, "worker_id": worker_id, "lock_base": lock_base})
 
     def read() -> list[Claim]:
         jobs = [(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
@@ -161,10 +164,12 @@ def claim(
 
 
 @functools.lru_cache(maxsize=64)
-def claim_statement(limit: int) -> str:
-    """JOB_CLAIM for claims of up to ``limit`` jobs: one statement (and one prepared
-    plan) per claim size; a worker's sizes are the powers of two up to its cap."""
-    return sql.SQL(JOB_CLAIM).format(limit=sql.Literal(limit)).as_string()
+def claim_statement(limit: int, *, several: bool = False) -> str:
+    """JOB_CLAIM for claims of up to ``limit`` jobs of one queue, JOB_CLAIM_OF_SEVERAL_QUEUES
+    of more: one statement (and one prepared plan) per claim size; a worker's sizes are
+    the powers of two up to its cap."""
+    statement = JOB_CLAIM_OF_SEVERAL_QUEUES if several else JOB_CLAIM
+    return sql.SQL(statement).format(limit=sql.Literal(limit)).as_string()
 
 
 def start(conn: Connection, jobs: Sequence[Leased], elapsed: Sequence[float]) -> Deferred[set[int]]:

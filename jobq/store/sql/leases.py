@@ -28,19 +28,27 @@ from jobq.store.sql.fragments import EACH_PRIORITY, JOB_COLUMNS, LIVE, OPEN_QUEU
 # expects, so once jobs_live's statistics count a backlog the plan cache kept planning
 # each claim afresh (0.3 ms more a claim on the partitioned table, custom plans only);
 # with the size known, the cached plan is the custom one.
-JOB_CLAIM = (
+_CLAIM_OF = (
     "WITH " + OPEN_QUEUES + ", "
-    "due AS (SELECT c.id FROM open_queues AS q, LATERAL ("
-    "SELECT id, priority, run_at FROM jobs "
-    "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
-    "ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c "
-    "ORDER BY c.priority DESC, c.run_at, c.id LIMIT {limit}) "
+    "due AS ({due}) "
     "UPDATE jobs AS j SET status = 'claimed', claimed_at = now(), heartbeat_at = now(), "
     "started_at = NULL, worker_id = %(worker_id)s, lease = nextval('jobs_lease_seq') "
     "FROM due WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.id = due.id AND j." + LIVE + " "
     "RETURNING " + ", ".join("j." + c.strip() for c in JOB_COLUMNS.split(",")) + ", "
     "pg_try_advisory_lock(%(lock_base)s | j.id)"
 )
+JOB_CLAIM = _CLAIM_OF.replace("{due}", (
+    "SELECT c.id FROM open_queues AS q, LATERAL ("
+    "SELECT id, priority, run_at FROM jobs "
+    "WHERE status = 'pending' AND queue = q.queue AND run_at <= now() "
+    "ORDER BY priority DESC, run_at, id LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c "
+    "ORDER BY c.priority DESC, c.run_at, c.id LIMIT {limit}"))
+
+# JOB_CLAIM_OF_SEVERAL_QUEUES: the same claim for a worker of more than one queue, its
+# candidates read and locked by jobq_claim_candidates (migration 0026), which plans
+# each queue's read through the claim index whatever the planner guesses of its size.
+JOB_CLAIM_OF_SEVERAL_QUEUES = _CLAIM_OF.replace("{due}", (
+    "SELECT c.id FROM jobq_claim_candidates(ARRAY(SELECT queue FROM open_queues), {limit}) AS c"))
 
 # CLAIM_SESSION_PLANNER: a worker's claim session never plans a bitmap scan. Autovacuum
 # analyses jobs_live whenever a fiftieth of it changed, and a queue that just drained
