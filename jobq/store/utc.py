@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import psycopg
 
-# Names PostgreSQL's zone database gives UTC (offset 0, never a daylight saving time).
-UTC_ALIASES = frozenset({
-    "Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu",
-    "GMT", "Etc/GMT", "Etc/GMT0", "Etc/GMT+0", "Etc/GMT-0", "GMT0", "GMT+0", "GMT-0", "Greenwich", "Etc/Greenwich",
-})
+# The zone database's other names of UTC (offset 0, never a daylight saving time, "UTC"
+# as its abbreviation). The GMT names are left alone: their abbreviation is GMT.
+UTC_ALIASES = frozenset({"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu"})
 
 
 def use_for(conn: psycopg.Connection) -> None:
