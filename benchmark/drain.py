@@ -1,11 +1,12 @@
 """How fast `jobq worker` drains a backlog, and how soon an idle worker starts a job.
 
-    python benchmark/drain.py --jobs 20000 --workers 2 [--supervisors 1] [--rate 200 --latency-jobs 2000]
+    python benchmark/drain.py --jobs 20000 --workers 2 [--supervisors 1] [--queues 1] [--rate 200 --latency-jobs 2000]
                               [--only drain|latency|burst] [--database-url URL] [--log-level INFO] [--json]
 
 1. Drain: enqueue N noop jobs with enqueue_many, start `jobq worker --concurrency W`
    (S of them with --supervisors S, each a host of its own by JOBQ_HOSTNAME, as several
-   machines against one database), wait until every job is done. Jobs/s is measured
+   machines against one database), wait until every job is done; with --queues Q the jobs
+   are spread over queues q0..q{Q-1}, every worker serving them all. Jobs/s is measured
    from the first claim to the last completion, both read from the database
    (claimed_at, completed_at); the sessions each supervisor held are counted meanwhile.
 2. Latency: with the workers idle, enqueue jobs one at a time at a steady rate and
@@ -52,13 +53,15 @@ def wait_done(conn: psycopg.Connection, n: int, timeout: float, statuses: tuple[
     raise SystemExit(f"only {sum(depth[s] for s in statuses)} of {n} jobs {'/'.join(statuses)} after {timeout} s")
 
 
-def drain(url: str, n: int, workers: int, log_level: str, supervisors: int = 1) -> dict:
+def drain(url: str, n: int, workers: int, log_level: str, supervisors: int = 1, queues: int = 1) -> dict:
     reset(url)
+    names = [f"q{i}" for i in range(queues)] if queues > 1 else ["default"]
     with psycopg.connect(url, autocommit=True) as conn, ExitStack() as hosts:
         for start in range(0, n, 10_000):
-            jobq.enqueue_many([{"type": "noop"}] * min(10_000, n - start), conn=conn)
+            jobq.enqueue_many([{"type": "noop", "queue": names[i % len(names)]}
+                               for i in range(start, min(start + 10_000, n))], conn=conn)
         for host in range(supervisors):
-            env = {"JOBQ_LOG_LEVEL": log_level, "JOBQ_HOSTNAME": f"host-{host}"}
+            env = {"JOBQ_LOG_LEVEL": log_level, "JOBQ_HOSTNAME": f"host-{host}", "JOBQ_QUEUES": ",".join(names)}
             hosts.enter_context(stack.workers(url, workers, env=env, log_name=f"worker-host-{host}"))
         wait_done(conn, n // 2, timeout=600)
         sessions = sessions_by_host(conn)
@@ -128,6 +131,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--supervisors", type=int, default=1, help="supervisors of --workers each, one per host name")
+    parser.add_argument("--queues", type=int, default=1, help="the drain's jobs spread over this many queues")
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--latency-jobs", type=int, default=2000)
     parser.add_argument("--log-level", default="INFO")
@@ -139,7 +143,7 @@ def main() -> None:
         result = {**environment(), "workers": args.workers, "supervisors": args.supervisors}
         result["log_level"] = args.log_level
         if args.only in (None, "drain"):
-            result["drain"] = drain(url, args.jobs, args.workers, args.log_level, args.supervisors)
+            result["drain"] = drain(url, args.jobs, args.workers, args.log_level, args.supervisors, args.queues)
         if args.only in (None, "latency"):
             result["latency"] = latency(url, args.latency_jobs, args.rate, args.workers, args.log_level)
         if args.only == "burst":
@@ -152,6 +156,8 @@ def main() -> None:
         hosts = f"{args.workers} workers"
         if args.supervisors > 1:
             hosts = f"{args.supervisors} supervisors of {hosts}"
+        if args.queues > 1:
+            hosts = f"{hosts} of {args.queues} queues"
         print(
             f"drain    {d['jobs']:,} noop jobs, {hosts}: {d['jobs_per_s']:,} jobs/s ({d['seconds']} s); "
             f"sessions per supervisor {d['sessions_per_supervisor']}"

@@ -74,6 +74,8 @@ def test_scale_benchmark_covers_every_scenario(run, tmp_path):
 def test_drain_and_enqueue_benchmarks(run):
     drain = run("drain.py", "--jobs", "1000", "--workers", "1", "--latency-jobs", "50", "--rate", "50")
     assert drain["drain"]["jobs"] == 1000 and drain["latency"]["p50_ms"] > 0
+    several = run("drain.py", "--only", "drain", "--jobs", "600", "--workers", "1", "--queues", "3")
+    assert several["drain"]["jobs"] == 600 and several["drain"]["jobs_per_s"] > 0
     enqueue = run("enqueue.py", "--jobs", "2000", "--rounds", "1", "--singles", "200", "--threads", "2")
     assert enqueue["enqueue_many_jobs_per_s"] > 0 and enqueue["ratio"] > 0
     assert enqueue["single_enqueues_per_s_notify_on"] > 0 and enqueue["single_enqueues_per_s_notify_off"] > 0
