@@ -4,11 +4,12 @@ says so, with the job types it has handlers for."""
 
 from __future__ import annotations
 
-
 import pytest
 
 import jobq
+from jobq.daemon.worker.served import ServedQueues
 from jobq.jobs import queues
+from jobq.settings import Settings
 from support.waiting import wait_for
 
 pytestmark = [pytest.mark.db, pytest.mark.daemon, pytest.mark.control]
@@ -41,3 +42,34 @@ def test_all_queues_and_named_queues_together_are_refused(database_url, tmp_path
     assert result.returncode == 2 and "--all-queues" in result.stderr
     result = run_cli("worker", "--all-queues", DATABASE_URL=database_url, JOBQ_QUEUES="a")
     assert result.returncode == 2 and result.stderr.startswith("jobq: JOBQ_ALL_QUEUES:")
+
+
+class CountedSession:
+    """A claim session's ``run`` on the test's connection, counting the calls."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.calls = 0
+
+    def run(self, call):
+        self.calls += 1
+        return call(self.conn, False)
+
+
+def test_an_all_queues_worker_woken_for_a_queue_it_serves_claims_without_looking_the_queues_up_again(conn):
+    """The look-up is a round trip before the claim, on the wake-up's path: it is made
+    after a wait only when the wait may have been ended by a new queue."""
+    jobq.enqueue("noop", queue="mail", conn=conn)
+    served, session = ServedQueues(Settings.from_env({}, all_queues=True)), CountedSession(conn)
+    served.refresh(session)
+    assert served.names == ["mail"] and session.calls == 1
+    served.woken("mail")  # a notification of a queue it serves
+    served.refresh(session)
+    assert session.calls == 1
+    jobq.enqueue("noop", queue="media", conn=conn)
+    served.woken("media")  # a queue it did not serve yet
+    served.refresh(session)
+    assert served.names == ["mail", "media"] and session.calls == 2
+    served.woken(None)  # the poll, a signal, a take-over: anything may have appeared
+    served.refresh(session)
+    assert session.calls == 3

@@ -43,12 +43,12 @@ def test_a_listener_wakes_for_its_own_queues_with_the_number_of_jobs(conn, liste
     started = time.monotonic()
     listener.wait(0.3, waking=waking)
     assert time.monotonic() - started >= 0.3  # another queue's jobs: slept to the timeout
-    assert waking.asked == []
+    assert waking.asked == [] and listener.woken_by is None
     jobq.enqueue_many([{"type": "noop"}] * 3, conn=conn)
     started = time.monotonic()
     listener.wait(10, waking=waking)
     assert time.monotonic() - started < 2  # woken, not timed out
-    assert waking.asked == [3]
+    assert waking.asked == [3] and listener.woken_by == "default"  # which queue's notification ended the wait
 
 
 def test_a_notification_declined_leaves_the_listener_asleep(conn, listener):

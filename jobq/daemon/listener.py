@@ -88,6 +88,7 @@ class Listener:
         self._encoding = "utf-8"
         self._backoff = connections.ReconnectDelay()
         self.connects = 0  # successful connects so far: a caller sees a reconnect by it
+        self.woken_by: str | None = None  # the queue of the notification that ended the last wait
 
     def connect(self) -> bool:
         """Open the connection and LISTEN; False (and logged) if the database is not there."""
@@ -116,6 +117,7 @@ class Listener:
         backoff allows, and then returns (what was missed meanwhile is unknown: the
         caller looks)."""
         deadline = time.monotonic() + timeout
+        self.woken_by = None
         if self.conn is not None:
             try:
                 self._listen(deadline, wake_fds, waking)
@@ -190,6 +192,8 @@ class Listener:
                 continue
             queue, jobs = idle.parse(note.extra.decode(self._encoding))
             taken = (self.queues is None or queue in self.queues) and waking.wakes(jobs)
+            if taken:
+                self.woken_by = queue
         return taken
 
     def _sleep(self, until: float, wake_fds: Sequence[int]) -> bool:

@@ -288,7 +288,7 @@ class WorkerLoop:
             self.board.mark(self.slot, False)
             self.seat.forget()
         self.wakeup.drain()
-        self.queues.woken()  # a queue may have appeared
+        self.queues.woken(self.listener.woken_by)  # a queue may have appeared
         self.stop_if_orphaned()
 
     def stop_if_orphaned(self) -> None:

@@ -2,9 +2,10 @@
 ``--all-queues`` every queue that holds jobs, queues that appear later included.
 
 An all-queues worker looks the queues up in the counters (a small table: no jobs scan)
-before a claim, at most every RECHECK seconds while it is busy and after every wait (the
-wake-up that ended it may be a new queue's). Paused queues and priorities are the
-claim's business, as for named queues."""
+before a claim, at most every RECHECK seconds while it is busy and after every wait but
+one ended by a notification for a queue it serves already (anything else may be a new
+queue's: another queue's notification, the poll, a signal). Paused queues and priorities
+are the claim's business, as for named queues."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class ServedQueues:
         self.names = session.run(lambda conn, _: queues.with_pending(conn))
         self._checked = now
 
-    def woken(self) -> None:
-        """The worker waited: whatever woke it, look at the queues again."""
-        self._checked = None
+    def woken(self, queue: str | None) -> None:
+        """The worker waited; ``queue``: the queue of the notification that ended the wait
+        (None: something else did). Look at the queues again unless it is one of them."""
+        if queue is None or queue not in self.names:
+            self._checked = None
