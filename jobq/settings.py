@@ -136,7 +136,10 @@ class Settings(BaseModel):
     """Random spread of delays (0.1: ±10 %)."""
 
     concurrency: int = Field(default_factory=_cpu_count, ge=1, le=512)
-    """Worker processes per supervisor (`jobq worker --concurrency`)."""
+    """Worker processes per supervisor at most (`jobq worker --concurrency`)."""
+    min_workers: int = Field(default_factory=_cpu_count, ge=1, le=512)
+    """Workers a supervisor keeps however idle; it starts more, up to the concurrency, while all are busy and their
+    jobs wait (I/O, a lock, a sleep) or run long, and lets those go after a minute idle. Equal to it: a fixed pool."""
     hostname: str = Field(default_factory=_hostname, pattern=r"^\S+$", max_length=255)
     """Names a supervisor's host in its worker ids (`host:pid:token`), in
     `workers.hostname` and in its sessions' `application_name`; one word. Set it where
@@ -193,14 +196,12 @@ class Settings(BaseModel):
     """Audit rows older than this (90 days) are deleted by the maintenance leader; 0
     keeps them all."""
     partition_interval: float = Field(DEFAULT_PARTITION_INTERVAL, ge=MIN_PARTITION_INTERVAL, allow_inf_nan=False)
-    """The time range of each partition of finished jobs (a day), made ahead by the
-    maintenance leader; at least 1."""
+    """The time range of each partition of finished jobs (a day), made ahead by the maintenance leader; at least 1."""
     dead_letter_retention: NonNegativeSeconds = DEFAULT_DEAD_LETTER_RETENTION  # 0: until replayed or discarded
-    """Dead letters (replayed or not) older than this are deleted by the maintenance
-    leader; 0 keeps them until replayed or discarded."""
+    """Dead letters (replayed or not) older than this are deleted by the maintenance leader; 0 keeps them until
+    replayed or discarded."""
     sample_retention: float = Field(DEFAULT_SAMPLE_RETENTION, ge=DEFAULT_SAMPLE_RETENTION, allow_inf_nan=False)
-    """Samples of the counters behind the trailing-window metrics are kept this long;
-    at least 900, the longest window."""
+    """Samples of the counters behind the trailing-window metrics are kept this long; at least 900, the longest window."""
     rollup_retention: float = Field(DEFAULT_ROLLUP_RETENTION, ge=MIN_ROLLUP_RETENTION, allow_inf_nan=False)
     """Minutes of the per-minute history (`GET /stats`) older than this (2 days) are
     deleted by the maintenance leader; at least 86400, the longest window."""
@@ -221,8 +222,7 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     """Largest request body the API accepts (413 above)."""
     max_pending: int | None = Field(None, ge=0)
-    """Admission control: `POST /jobs` answers 429 while more jobs than this are
-    pending."""
+    """Admission control: `POST /jobs` answers 429 while more jobs than this are pending."""
     api_statement_timeout: NonNegativeSeconds = DEFAULT_API_STATEMENT_TIMEOUT  # 0: the server's own
     """An API statement running longer (waiting on a lock, a stuck server) is cancelled
     and the request answers 503; 0 leaves the server's `statement_timeout`."""

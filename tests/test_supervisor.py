@@ -21,6 +21,7 @@ from jobq.daemon.processes import CancelRequest, MaintenanceProcess, System
 from jobq.daemon.supervisor import EXIT_HALTED, Halt, Supervisor
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_OK
+from jobq.daemon.pool import IDLE_RETIRE
 from jobq.settings import Settings
 
 pytestmark = [pytest.mark.unit, pytest.mark.daemon]
@@ -80,7 +81,17 @@ def system() -> FakeSystem:
 def supervisor(system: FakeSystem):
     """A supervisor of 3 workers whose maintenance process's pipes the test reads
     (``told``) and writes (``control``)."""
-    sup = Supervisor(Settings.from_env({}, concurrency=3, graceful_timeout=5, cancel_grace=2), system)
+    yield from supervised(system, concurrency=3, min_workers=3)
+
+
+@pytest.fixture
+def growing(system: FakeSystem):
+    """A supervisor of 2 workers that may grow to 8."""
+    yield from supervised(system, concurrency=8, min_workers=2)
+
+
+def supervised(system: FakeSystem, **settings: object):
+    sup = Supervisor(Settings.from_env({}, graceful_timeout=5, cancel_grace=2, **settings), system)
     sup.wakeup = SelfPipe()
     sup.spawn_maintenance()
     read_fd, write_fd = reports.report_pipe()
@@ -391,3 +402,62 @@ def test_a_maintenance_process_dying_at_start_is_respawned_after_a_growing_wait(
         supervisor.maintenance_respawns._until.clear()  # the wait is over
         supervisor.manage_maintenance()
         assert supervisor.maintenance is not None and supervisor.maintenance.pid != dead.pid
+
+
+def active(sup: Supervisor) -> list:
+    return sorted((p for p in sup.workers.values() if not p.retiring), key=lambda p: p.slot)
+
+
+def test_a_pool_starts_at_its_least_and_doubles_up_to_its_most_while_busy_workers_block(growing, system):
+    growing.manage_workers()
+    assert [p.slot for p in active(growing)] == [0, 1]
+    for expected in (4, 8, 8):
+        active(growing)[0].blocked = True  # a worker said its jobs wait or run long; none is idle
+        growing.size_pool()
+        growing.manage_workers()
+        assert len(active(growing)) == expected
+    growing.size_pool()  # nobody said it again: it stays
+    growing.manage_workers()
+    assert len(active(growing)) == 8 and not any(p.blocked for p in growing.workers.values())
+
+
+def test_workers_that_block_grow_nothing_while_another_waits_idle(growing, system):
+    growing.manage_workers()
+    first, second = active(growing)
+    growing.idle_board.mark(second.slot, True)  # it waits for work: it can take the next job
+    first.blocked = True
+    growing.size_pool()
+    growing.manage_workers()
+    assert len(active(growing)) == 2
+
+
+def test_a_worker_beyond_the_least_idle_for_a_minute_is_retired_and_those_within_it_are_kept(growing, system):
+    growing.manage_workers()
+    active(growing)[0].blocked = True
+    growing.size_pool()
+    growing.manage_workers()
+    workers = active(growing)
+    assert len(workers) == 4
+    for proc in workers:
+        growing.idle_board.mark(proc.slot, True)
+    growing.size_pool()  # seen idle from now on
+    assert system.sent == []
+    for proc in workers:
+        proc.idle_since -= IDLE_RETIRE
+    for expected in (3, 2, 2):
+        growing.size_pool()  # one a look: the highest slot first
+        growing.manage_workers()
+        assert [p.slot for p in active(growing)] == [0, 1, 2, 3][:expected]
+    assert [signum for _, signum in system.sent] == [signal.SIGTERM, signal.SIGTERM]
+    assert growing.pool.now == 2
+
+
+def test_ttin_and_ttou_change_a_growing_pool_now_and_at_most(growing, system):
+    growing.manage_workers()
+    growing.dispatch(signal.SIGTTIN)
+    growing.manage_workers()
+    assert len(active(growing)) == 3 and growing.pool.most == 9
+    growing.dispatch(signal.SIGTTOU)
+    growing.dispatch(signal.SIGTTOU)
+    growing.manage_workers()
+    assert len(active(growing)) == 1 and growing.pool.most == 7

@@ -1,6 +1,7 @@
 """What crosses the pipes of the daemon, one text line per message.
 
-Worker -> supervisor (the worker's report pipe): ``B`` (:class:`BootError`).
+Worker -> supervisor (the worker's report pipe): ``B`` (:class:`BootError`), ``K``
+(:class:`Blocked`).
 (The job a worker runs, a :class:`Started`, is on the job board instead: shared
 memory, no message per job, :mod:`jobq.daemon.boards.jobs`.)
 
@@ -41,6 +42,12 @@ class BootError:
     """``B <reason>``: the worker cannot boot (then exits)."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """``K``: the worker's jobs wait (on I/O, a lock, a sleep) or run long, so that more
+    workers would run more of them at once (:mod:`jobq.daemon.pool`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +123,14 @@ def describe_exit(status: int) -> str:
     return f"exit code {code}"
 
 
-Message = BootError | Spawned | Gone | Cancel | Pause
+Message = BootError | Blocked | Spawned | Gone | Cancel | Pause
 
 
 def encode(message: Message) -> bytes:
     if isinstance(message, BootError):
         line = "B " + _one_line(message.reason)
+    elif isinstance(message, Blocked):
+        line = "K"
     elif isinstance(message, Cancel):
         line = f"C {message.job_id}"
     elif isinstance(message, Pause):
@@ -143,6 +152,8 @@ def decode(line: bytes) -> Message | Noted:
     tag, _, rest = text.partition(" ")
     if tag == "B":
         return BootError(rest)
+    if tag == "K":
+        return Blocked()
     if tag == "C":
         return Cancel(int(rest))
     if tag == "P":

@@ -156,6 +156,8 @@ class WorkerProcess:
     retire_deadline: float | None = None
     kill_kind: str | None = None  # why we SIGKILLed it: "timeout", "cancel" or "shutdown"
     cancelling: CancelRequest | None = None
+    blocked: bool = False  # it reported jobs that wait or run long since the supervisor last looked
+    idle_since: float | None = None  # when the supervisor first saw it idle in a row (monotonic)
 
     def running_job(self) -> messages.Started | None:
         """The job it runs now (its deadline, its timeout), as it last showed it: read
@@ -208,6 +210,8 @@ class WorkerProcess:
         for message in arrived:
             if isinstance(message, messages.BootError):
                 self.boot_error = message.reason
+            elif isinstance(message, messages.Blocked):
+                self.blocked = True
 
 
 @dataclass

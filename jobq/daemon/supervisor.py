@@ -12,6 +12,9 @@ or were killed.
 Signals: TERM, INT graceful stop; QUIT immediate stop; HUP replace every worker
 gracefully (they import the handler modules afresh); TTIN one worker more, TTOU one
 fewer.
+
+The pool holds ``JOBQ_MIN_WORKERS`` workers and grows up to the concurrency while its
+workers' jobs wait or run long (:mod:`jobq.daemon.pool`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.boards.jobs import JobBoard
 from jobq.daemon.maintenance.duties import STOP_PATIENCE, Maintenance
+from jobq.daemon.pool import IDLE_RETIRE, PoolSize
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_OK
@@ -56,7 +60,7 @@ class Supervisor:
     def __init__(self, settings: Settings, system: System | None = None) -> None:
         self.settings = settings
         self.system = system or System()
-        self.num_workers = settings.concurrency
+        self.pool = PoolSize(settings.min_workers, settings.concurrency)
         self.workers: dict[int, WorkerProcess] = {}
         self.maintenance: MaintenanceProcess | None = None
         self.signals: list[int] = []
@@ -74,8 +78,8 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until stopped; return the exit code."""
         self.install_signals()
-        log.info("supervisor.started pid=%s workers=%s queues=%s",
-                 os.getpid(), self.num_workers, "(all)" if self.settings.all_queues else ",".join(self.settings.queues))
+        log.info("supervisor.started pid=%s workers=%s most=%s queues=%s",
+                 os.getpid(), self.pool.now, self.pool.most, "(all)" if self.settings.all_queues else ",".join(self.settings.queues))
         migrate.available()  # read here once, for every child's schema check
         try:
             self.spawn_maintenance()
@@ -90,6 +94,7 @@ class Supervisor:
                         return code
                 self.reap_workers()
                 self.murder_workers()
+                self.size_pool()
                 self.manage_workers()
                 self.manage_maintenance()
         except Halt as halt:
@@ -131,13 +136,12 @@ class Supervisor:
         self.manage_workers()
 
     def handle_ttin(self) -> None:
-        self.num_workers += 1
-        log.info("supervisor.workers_changed workers=%s", self.num_workers)
+        self.pool.one_more()
+        log.info("supervisor.workers_changed workers=%s most=%s", self.pool.now, self.pool.most)
 
     def handle_ttou(self) -> None:
-        if self.num_workers > 1:
-            self.num_workers -= 1
-        log.info("supervisor.workers_changed workers=%s", self.num_workers)
+        self.pool.one_fewer()
+        log.info("supervisor.workers_changed workers=%s most=%s", self.pool.now, self.pool.most)
 
     # -- the verbs ---------------------------------------------------------------------
 
@@ -291,15 +295,37 @@ class Supervisor:
         proc.retire_deadline = time.monotonic() + self.settings.graceful_timeout
         self.system.kill(proc.pid, signal.SIGTERM)
 
+    def size_pool(self) -> None:
+        """Grow the pool when a worker reported jobs that wait or run long and none of
+        the others waits idle; retire one worker beyond the least that has waited idle
+        IDLE_RETIRE seconds (:mod:`jobq.daemon.pool`)."""
+        now = time.monotonic()
+        active = [p for p in self.workers.values() if not p.retiring]
+        for proc in active:
+            proc.idle_since = (proc.idle_since or now) if self.idle_board.idle(proc.slot) else None
+        blocked = any(proc.blocked for proc in self.workers.values())
+        for proc in self.workers.values():
+            proc.blocked = False
+        if blocked and all(proc.idle_since is None for proc in active) and self.pool.grow():
+            log.info("supervisor.pool_grown workers=%s most=%s: every worker is busy and jobs wait or run long",
+                     self.pool.now, self.pool.most)
+            return
+        idle = [p for p in active if p.idle_since is not None and now - p.idle_since >= IDLE_RETIRE]
+        if idle and len(active) == self.pool.now and self.pool.shrink():
+            proc = max(idle, key=lambda p: p.slot)
+            log.info("supervisor.pool_shrunk workers=%s most=%s: worker %s idle for %ss",
+                     self.pool.now, self.pool.most, proc.worker_id, f"{IDLE_RETIRE:g}")
+            self.retire(proc)
+
     def manage_workers(self) -> None:
-        """Hold the number of (non-retiring) workers at ``num_workers``, less the slots
+        """Hold the number of (non-retiring) workers at the pool's size, less the slots
         waiting out a crash loop."""
         if self.stopping:
             return
         active = sorted((p for p in self.workers.values() if not p.retiring), key=lambda p: p.spawned)
-        for proc in active[: max(0, len(active) - self.num_workers)]:
+        for proc in active[: max(0, len(active) - self.pool.now)]:
             self.retire(proc)
-        missing = self.num_workers - len(active) - len(self.respawns.waiting())
+        missing = self.pool.now - len(active) - len(self.respawns.waiting())
         for slot in self.free_slots(max(0, missing)):
             self.spawn_worker(slot)
 

@@ -42,6 +42,9 @@ class Daemon:
             **FAST,
             "DATABASE_URL": url,
             "JOBQ_CONCURRENCY": str(concurrency),
+            # A fixed pool: every worker from the start, whatever the machine's CPU count
+            # (tests/test_pool.py sets its own to see the pool grow).
+            "JOBQ_MIN_WORKERS": str(concurrency),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])),
             **env,
         }

@@ -46,6 +46,7 @@ from jobq.observe import tracing
 from jobq.daemon import messages, presence
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome
 from jobq.daemon.worker.pacing import Pace
+from jobq.daemon.worker.reports import Reports
 from jobq.daemon.worker.turns import Turns
 from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.boards.finished import FinishedArea
@@ -95,7 +96,7 @@ class WorkerLoop:
     ) -> None:
         self.settings = settings
         self.token = token
-        self.report_fd = report_fd
+        self.reports = Reports(report_fd, pool_grows=settings.min_workers < settings.concurrency)
         self.control_fd = control_fd
         self.board = board
         self.slot = slot
@@ -124,13 +125,13 @@ class WorkerLoop:
 
     def run(self) -> int:
         """Boot, work until asked to stop, leave. Returns the process exit code."""
-        self.worker_id = worker_name(self.settings.hostname, os.getpid(), self.token)
+        self.worker_id = self.reports.worker_id = worker_name(self.settings.hostname, os.getpid(), self.token)
         self.parent_pid = os.getppid()
         try:
             self.boot()
         except BootFailure as exc:
             log.error("worker.boot_failed worker=%s reason=%s", self.worker_id, exc)
-            self.report(messages.BootError(str(exc)))
+            self.reports.boot_error(str(exc))
             return EXIT_BOOT_ERROR
         except DatabaseUnavailable:
             log.info("worker.exited worker=%s reason=%s before connecting", self.worker_id, self.stop_reason)
@@ -191,7 +192,7 @@ class WorkerLoop:
             parent_pid=self.parent_pid,
             orphaned=self.orphaned,
             lost=lifeline.lose,
-            long_job=self.turns.give_back,
+            long_job=self.job_ran_long,
         )
         self.heartbeat.start()
         lifeline.start()
@@ -310,6 +311,14 @@ class WorkerLoop:
         self.session.give_back(self.in_flight.take_waiting())
         self.in_flight.batch_over()  # new claims never take cancelled jobs or paused queues
         self.pace.batch_over()
+        if self.pace.waited:
+            self.reports.blocked()
+
+    def job_ran_long(self) -> None:
+        """The heartbeat's long-job rule: the turn at the cores goes to another worker, and
+        the supervisor hears that jobs run long."""
+        self.turns.give_back()
+        self.reports.blocked()
 
     def next_job(self) -> Flight | None:
         """The next job of the batch, started, after giving back those an operator
@@ -388,13 +397,3 @@ class WorkerLoop:
             self.session.give_back(refused)
             self.next_in = UNASKED  # asked before these went back to pending
         return len(refused) < len(claimed)
-
-    # -- the supervisor's pipe -----------------------------------------------------------
-
-    def report(self, message: messages.Message) -> None:
-        try:
-            os.write(self.report_fd, messages.encode(message))
-        except BlockingIOError:
-            log.warning("worker.report_dropped worker=%s: the supervisor is not reading", self.worker_id)
-        except OSError:
-            pass  # the supervisor is gone; the parent check stops us

@@ -27,7 +27,9 @@ batches of short jobs are run holding one of the supervisor's tokens
 (:mod:`jobq.daemon.boards.cores`): no more workers run such batches at once than there
 are cores. Jobs that wait on I/O need none. Counted in waits, not in the share of the
 batch's time spent on the CPU: on a loaded machine a CPU-bound job also waits for a
-core, but without blocking.
+core, but without blocking. A batch whose jobs blocked and took WAITING_JOB seconds
+each or more is one that more workers would run more of at once
+(:attr:`Pace.waited`: the supervisor may grow its pool, :mod:`jobq.daemon.pool`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ FLUSH_AFTER = 0.02
 SHORT_JOB = DEFER_RUNNING  # a batch of jobs all shorter than this grows the next claim
 CLAIM_WORK = 0.1  # seconds of handler time a claim may hold in line, judged by the last batch
 LINE_HOLD = 0.5  # seconds a batch may run before the jobs still in its line go back
+WAITING_JOB = 0.001  # seconds a job that blocks takes at least, on average, to be worth another worker
 
 
 def blocking_waits() -> int:
@@ -72,7 +75,7 @@ class Pace:
     """The claim size of one worker, the clocks of the batch it runs, and whether its
     last batch kept the CPU busy."""
 
-    __slots__ = ("cap", "size", "cpu_bound", "_clock", "_waits", "_started", "_waits_before", "_ran", "_seconds",
+    __slots__ = ("cap", "size", "cpu_bound", "waited", "_clock", "_waits", "_started", "_waits_before", "_ran", "_seconds",
                  "_all_short")
 
     def __init__(self, cap: int, clock: Callable[[], float] = time.monotonic,
@@ -82,6 +85,7 @@ class Pace:
         self._waits = waits
         self.size = 1
         self.cpu_bound = False
+        self.waited = False  # the last batch's jobs blocked, WAITING_JOB seconds each or more
         self._started = 0.0
         self._waits_before = 0
         self._ran, self._seconds, self._all_short = 0, 0.0, True
@@ -107,4 +111,5 @@ class Pace:
 
     def batch_over(self) -> None:
         self.cpu_bound = self._waits is not None and self._waits() - self._waits_before < self._ran
+        self.waited = not self.cpu_bound and self._ran > 0 and self._seconds >= self._ran * WAITING_JOB
         self.size = next_size(self.size, ran=self._ran, seconds=self._seconds, all_short=self._all_short, cap=self.cap)

@@ -1,0 +1,51 @@
+"""How many workers a supervisor holds now: from ``JOBQ_MIN_WORKERS`` up to its
+concurrency, as the jobs need them.
+
+More worker processes than cores pay off only for jobs that wait (on I/O, a lock, a
+sleep) or run long: while one waits, another runs. For short CPU-bound jobs they only
+share the cores, each with a process to boot and two server sessions to open: eight
+workers on two cores drained noop jobs a fifth slower than two (benchmark/README.md,
+"A pool that grows"), and an idle pool of eight holds up to 24 connections where a
+pool of two holds six. So a supervisor starts ``least`` workers (by default the CPU
+count), and doubles the pool, up to ``most``, whenever one of its workers reports that
+its jobs block or run long (:class:`jobq.daemon.messages.Blocked`) while none of the
+others waits idle for work; a worker beyond ``least`` that has waited idle for
+IDLE_RETIRE seconds is retired. ``least`` equal to ``most`` is a fixed pool.
+"""
+
+from __future__ import annotations
+
+IDLE_RETIRE = 60.0  # seconds a worker beyond the least waits idle before it is retired
+
+
+class PoolSize:
+    def __init__(self, least: int, most: int) -> None:
+        self.least = least
+        self.most = most
+        self.now = min(least, most)
+
+    def grow(self) -> bool:
+        """Workers block and none waits idle: double, up to the most; whether it grew."""
+        grown = min(self.most, self.now * 2)
+        if grown == self.now:
+            return False
+        self.now = grown
+        return True
+
+    def shrink(self) -> bool:
+        """A worker beyond the least has waited idle long enough: one fewer; whether it may go."""
+        if self.now <= min(self.least, self.most):
+            return False
+        self.now -= 1
+        return True
+
+    def one_more(self) -> None:
+        """TTIN: one worker more, now and at most."""
+        self.most += 1
+        self.now += 1
+
+    def one_fewer(self) -> None:
+        """TTOU: one worker fewer, now and at most (never none)."""
+        if self.most > 1:
+            self.most -= 1
+        self.now = max(1, min(self.now - 1, self.most))

@@ -1,0 +1,92 @@
+"""A supervisor's pool (jobq.daemon.pool, JOBQ_MIN_WORKERS): it starts its least and grows
+up to its concurrency only while its workers' jobs wait or run long. The supervisor's
+decisions in process are in test_supervisor.py; here the worker's side and the real
+daemon."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import jobq
+from jobq.daemon import messages
+from jobq.daemon.worker.pacing import Pace
+from jobq.daemon.worker.reports import BLOCKED_EVERY, Reports
+from support.daemon import worker_pids
+from support.waiting import wait_for
+
+
+class Waits:
+    """A thread's count of blocking waits, moved by hand."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> int:
+        return self.n
+
+
+@pytest.mark.unit
+def test_a_batch_whose_jobs_blocked_for_a_millisecond_or_more_each_waited_and_others_did_not():
+    waits = Waits()
+    pace = Pace(500, waits=waits)
+
+    def batch(jobs: int, blocked: int, seconds: float) -> bool:
+        pace.batch_started()
+        for _ in range(jobs):
+            pace.ran(seconds)
+        waits.n += blocked
+        pace.batch_over()
+        return pace.waited
+
+    assert batch(4, blocked=4, seconds=0.002)  # I/O: more workers would run more at once
+    assert not batch(4, blocked=0, seconds=0.002)  # CPU-bound: more would share the cores
+    assert not batch(4, blocked=4, seconds=0.0001)  # blocked, but for next to nothing
+    assert not batch(4, blocked=3, seconds=0.01)  # less than once a job
+    assert Pace(500, waits=None).waited is False
+
+
+@pytest.mark.unit
+def test_a_worker_says_its_jobs_block_at_most_once_a_while_and_not_at_all_in_a_fixed_pool(monkeypatch):
+    read_fd, write_fd = messages.report_pipe()
+    reader = messages.Reader(read_fd)
+    now = [100.0]
+    monkeypatch.setattr("jobq.daemon.worker.reports.time.monotonic", lambda: now[0])
+    reports = Reports(write_fd, worker_id="w")
+    reports.blocked()
+    reports.blocked()
+    assert reader.read()[0] == [messages.Blocked()]
+    now[0] += BLOCKED_EVERY
+    reports.blocked()
+    reports.boot_error("no module named handlers")
+    assert reader.read()[0] == [messages.Blocked(), messages.BootError("no module named handlers")]
+    Reports(write_fd, pool_grows=False).blocked()
+    assert reader.read()[0] == []
+    os.close(read_fd)
+    os.close(write_fd)
+
+
+def _most_at_once(conn, ids: list[int]) -> int:
+    runs = [r for (r,) in conn.execute("SELECT result FROM jobs WHERE id = ANY(%s)", (ids,))]
+    events = sorted([(r["started"], 1) for r in runs] + [(r["ended"], -1) for r in runs])
+    most = at_once = 0
+    for _, step in events:
+        at_once += step
+        most = max(most, at_once)
+    return most
+
+
+@pytest.mark.daemon
+def test_a_pool_of_one_drains_short_cpu_bound_jobs_alone_and_grows_to_its_most_for_jobs_that_wait(daemon, conn):
+    jobq.enqueue_many([{"type": "timed_burn", "payload": {"seconds": 0.0005}}] * 600, conn=conn)
+    d = daemon(4, JOBQ_MIN_WORKERS="1")
+    wait_for(lambda: jobq.counts(conn=conn).depth["done"] == 600, 60, "600 short jobs done")
+    pids = {pid for (pid,) in conn.execute("SELECT DISTINCT (result->>'pid')::int FROM jobs")}
+    assert len(pids) == 1 and len(worker_pids(conn)) == 1  # never grown: more would share the cores
+    sleepers = jobq.enqueue_many([{"type": "timed_sleep", "payload": {"seconds": 3.0}}] * 4, conn=conn)
+    wait_for(lambda: jobq.counts(conn=conn).depth["done"] == 604, 30, "four sleeping jobs done")
+    assert _most_at_once(conn, [job.id for job in sleepers]) == 4  # one worker each, all at once
+    assert len(worker_pids(conn)) == 4
+    log = d.log()
+    assert "supervisor.pool_grown workers=2 most=4" in log and "supervisor.pool_grown workers=4 most=4" in log
