@@ -80,7 +80,7 @@ def _most_at_once(conn, ids: list[int]) -> int:
 @pytest.mark.daemon
 def test_a_pool_of_one_drains_short_cpu_bound_jobs_alone_and_grows_to_its_most_for_jobs_that_wait(daemon, conn):
     jobq.enqueue_many([{"type": "timed_burn", "payload": {"seconds": 0.0005}}] * 600, conn=conn)
-    d = daemon(4, JOBQ_MIN_WORKERS="1")
+    d = daemon(4, "--min-workers", "1")  # over the fixed pool the tests' daemons run (JOBQ_MIN_WORKERS=4)
     wait_for(lambda: jobq.counts(conn=conn).depth["done"] == 600, 60, "600 short jobs done")
     pids = {pid for (pid,) in conn.execute("SELECT DISTINCT (result->>'pid')::int FROM jobs")}
     assert len(pids) == 1 and len(worker_pids(conn)) == 1  # never grown: more would share the cores

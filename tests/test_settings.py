@@ -48,6 +48,7 @@ def test_empty_value_means_unset():
         ("JOBQ_POLL_INTERVAL", "inf"),
         ("JOBQ_CONCURRENCY", "1.5"),
         ("JOBQ_CONCURRENCY", "0"),
+        ("JOBQ_MIN_WORKERS", "0"),
         ("JOBQ_QUEUES", ","),
         ("JOBQ_LOG_FORMAT", "xml"),
         ("JOBQ_MAX_PENDING", "-1"),

@@ -69,18 +69,20 @@ def migrate(wait_seconds: float, convert: bool) -> None:
 
 
 @main.command()
-@click.option("--concurrency", type=click.IntRange(min=1), help="Worker processes [JOBQ_CONCURRENCY; CPU count].")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Worker processes at most [JOBQ_CONCURRENCY; CPU count].")
+@click.option("--min-workers", "min_workers", type=click.IntRange(min=1),
+              help="Worker processes kept however idle; more start while jobs wait or run long [JOBQ_MIN_WORKERS; CPU count].")
 @click.option("--queues", help="Comma-separated queues to work [JOBQ_QUEUES; default].")
 @click.option("--all-queues", "all_queues", is_flag=True, default=None,
               help="Work every queue that has jobs, queues created later too [JOBQ_ALL_QUEUES]; "
                    "for small deployments (make run's default).")
-def worker(concurrency: int | None, queues: str | None, all_queues: bool | None) -> None:
+def worker(concurrency: int | None, min_workers: int | None, queues: str | None, all_queues: bool | None) -> None:
     """Run the supervisor: worker processes and one maintenance process."""
     from jobq.daemon.supervisor import Supervisor
 
     if queues is not None and all_queues:
         raise click.UsageError("--queues and --all-queues: name the queues or serve them all, not both")
-    settings = load_settings(concurrency=concurrency, queues=queues, all_queues=all_queues)
+    settings = load_settings(concurrency=concurrency, min_workers=min_workers, queues=queues, all_queues=all_queues)
     settings.require_database_url()
     sys.exit(Supervisor(settings).run())
 
