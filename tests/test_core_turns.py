@@ -18,6 +18,7 @@ from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.worker.pacing import Pace
 from jobq.daemon.worker.turns import TURN_WAIT_MAX, Turns
+from support.pacing import Waits
 from support.waiting import wait_for
 
 FORK = multiprocessing.get_context("fork")
@@ -131,16 +132,6 @@ def test_a_worker_waiting_for_a_token_looks_less_and_less_often_and_still_takes_
     killer.join(10)
     tokens.give_back()
     _kill(*holder)
-
-
-class Waits:
-    """A thread's count of blocking waits, moved by hand."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self) -> int:
-        return self.n
 
 
 @pytest.mark.unit

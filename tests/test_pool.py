@@ -14,17 +14,8 @@ from jobq.daemon import messages
 from jobq.daemon.worker.pacing import Pace
 from jobq.daemon.worker.reports import BLOCKED_EVERY, Reports
 from support.daemon import worker_pids
+from support.pacing import Waits
 from support.waiting import wait_for
-
-
-class Waits:
-    """A thread's count of blocking waits, moved by hand."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self) -> int:
-        return self.n
 
 
 @pytest.mark.unit
