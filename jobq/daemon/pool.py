@@ -4,9 +4,9 @@ concurrency, as the jobs need them.
 More worker processes than cores pay off only for jobs that wait (on I/O, a lock, a
 sleep) or run long: while one waits, another runs. For short CPU-bound jobs they only
 share the cores, each with a process to boot and two server sessions to open: eight
-workers on two cores drained noop jobs a fifth slower than two (benchmark/README.md,
-"A pool that grows"), and an idle pool of eight holds up to 24 connections where a
-pool of two holds six. So a supervisor starts ``least`` workers (by default the CPU
+workers on two cores drained noop jobs about 12 % slower than two (benchmark/README.md,
+"A pool that grows"), and an idle pool of eight holds 16 connections where a pool of
+two holds four. So a supervisor starts ``least`` workers (by default the CPU
 count), and doubles the pool, up to ``most``, whenever one of its workers reports that
 its jobs block or run long (:class:`jobq.daemon.messages.Blocked`) while none of the
 others waits idle for work; a worker beyond ``least`` that has waited idle for
