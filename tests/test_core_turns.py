@@ -15,6 +15,7 @@ import pytest
 
 import jobq
 from jobq.daemon.boards.cores import CoreTokens
+from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.worker.pacing import Pace
 from jobq.daemon.worker.turns import TURN_WAIT_MAX, Turns
@@ -120,10 +121,14 @@ def test_a_worker_waiting_for_a_token_looks_less_and_less_often_and_still_takes_
     assert took.get(timeout=10)[1] is True
     killer = FORK.Process(target=_kill_after, args=(holder[0].pid, 1.0))
     killer.start()
-    turns = _turns(tokens)
+    board, seen = IdleBoard(), []  # what the supervisor sees of the worker meanwhile
+    turns = Turns(tokens, 0, wakeup=SelfPipe(), stopping=threading.Event(), board=board,
+                  after_wait=lambda: seen.append((board.spare(0), board.idle(0))))
     started = time.monotonic()
     assert turns.take(True, flush=lambda: None)
     waited = time.monotonic() - started
+    assert seen and set(seen) == {(True, False)}  # spare for the pool, not idle for a notification
+    assert not board.spare(0)  # it has its turn: busy
     # At a steady 5 ms it looked about 200 times in the second; backing off to TURN_WAIT_MAX,
     # about 30.
     assert tokens.looks < 60, tokens.looks

@@ -461,3 +461,22 @@ def test_ttin_and_ttou_change_a_growing_pool_now_and_at_most(growing, system):
     growing.dispatch(signal.SIGTTOU)
     growing.manage_workers()
     assert len(active(growing)) == 1 and growing.pool.most == 7
+
+
+def test_a_worker_waiting_for_a_turn_at_the_cores_is_not_idle_for_growth_but_spare_for_the_pool(growing, system):
+    growing.manage_workers()
+    first, second = active(growing)
+    growing.idle_board.waiting(second.slot)  # others run short jobs: it waits for a token
+    first.blocked = True
+    growing.size_pool()  # it cannot take a job that waits meanwhile: the pool grows
+    growing.manage_workers()
+    assert len(active(growing)) == 4
+    for proc in active(growing)[2:]:
+        growing.idle_board.waiting(proc.slot)
+    growing.size_pool()
+    for proc in active(growing):
+        if proc.idle_since is not None:
+            proc.idle_since -= IDLE_RETIRE
+    growing.size_pool()
+    growing.manage_workers()
+    assert [p.slot for p in active(growing)] == [0, 1, 2]  # the highest spare one goes first

@@ -9,13 +9,14 @@ workers on two cores drained noop jobs about 12 % slower than two (benchmark/REA
 two holds four. So a supervisor starts ``least`` workers (by default the CPU
 count), and doubles the pool, up to ``most``, whenever one of its workers reports that
 its jobs block or run long (:class:`jobq.daemon.messages.Blocked`) while none of the
-others waits idle for work; a worker beyond ``least`` that has waited idle for
+others waits idle for work; a worker beyond ``least`` that has waited idle, or for a
+turn at the cores (others run short jobs: it is not needed while they do), for
 IDLE_RETIRE seconds is retired. ``least`` equal to ``most`` is a fixed pool.
 """
 
 from __future__ import annotations
 
-IDLE_RETIRE = 60.0  # seconds a worker beyond the least waits idle before it is retired
+IDLE_RETIRE = 60.0  # seconds a worker beyond the least waits (idle, or for a turn) before it is retired
 
 
 class PoolSize:

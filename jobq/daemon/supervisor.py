@@ -297,23 +297,23 @@ class Supervisor:
 
     def size_pool(self) -> None:
         """Grow the pool when a worker reported jobs that wait or run long and none of
-        the others waits idle; retire one worker beyond the least that has waited idle
-        IDLE_RETIRE seconds (:mod:`jobq.daemon.pool`)."""
+        the others waits idle; retire one worker beyond the least that has waited idle,
+        or for a turn at the cores, IDLE_RETIRE seconds (:mod:`jobq.daemon.pool`)."""
         now = time.monotonic()
         active = [p for p in self.workers.values() if not p.retiring]
         for proc in active:
-            proc.idle_since = (proc.idle_since or now) if self.idle_board.idle(proc.slot) else None
+            proc.idle_since = (proc.idle_since or now) if self.idle_board.spare(proc.slot) else None
         blocked = any(proc.blocked for proc in self.workers.values())
         for proc in self.workers.values():
             proc.blocked = False
-        if blocked and all(proc.idle_since is None for proc in active) and self.pool.grow():
+        if blocked and not any(self.idle_board.idle(proc.slot) for proc in active) and self.pool.grow():
             log.info("supervisor.pool_grown workers=%s most=%s: every worker is busy and jobs wait or run long",
                      self.pool.now, self.pool.most)
             return
         idle = [p for p in active if p.idle_since is not None and now - p.idle_since >= IDLE_RETIRE]
         if idle and len(active) == self.pool.now and self.pool.shrink():
             proc = max(idle, key=lambda p: p.slot)
-            log.info("supervisor.pool_shrunk workers=%s most=%s: worker %s idle for %ss",
+            log.info("supervisor.pool_shrunk workers=%s most=%s: worker %s idle or waiting for a turn for %ss",
                      self.pool.now, self.pool.most, proc.worker_id, f"{IDLE_RETIRE:g}")
             self.retire(proc)
 

@@ -24,7 +24,9 @@ import mmap
 import time
 
 SLOTS = 1024
-BUSY, IDLE, COVERED = 0, 1, 2  # a slot's first byte
+# A slot's first byte. WAITING: waiting for a turn at the cores (jobq.daemon.worker.turns):
+# not idle for a notification, and not needed by the pool while it lasts (jobq.daemon.pool).
+BUSY, IDLE, COVERED, WAITING = 0, 1, 2, 3
 _IDLE_BYTE = bytes([IDLE])
 TAKE_OVER = 0.001  # seconds a lower idle worker has to read a notification left to it
 
@@ -44,6 +46,15 @@ class IdleBoard:
 
     def idle(self, slot: int) -> bool:
         return self._board[slot] == IDLE
+
+    def waiting(self, slot: int) -> None:
+        """The worker in ``slot`` waits for a turn at the cores (until it marks itself again)."""
+        self._board[slot] = WAITING
+
+    def spare(self, slot: int) -> bool:
+        """Whether the worker in ``slot`` waits idle or for a turn at the cores: one the
+        pool could do without while it lasts."""
+        return self._board[slot] in (IDLE, WAITING)
 
     def cover(self, slot: int) -> None:
         """Another worker took over a notification left to the (idle, asleep) worker in

@@ -181,7 +181,7 @@ class WorkerLoop:
         )
         self.session.on_lost = lifeline.lose
         self.turns = Turns(self.cores, self.slot, wakeup=self.wakeup, stopping=self.stopping,
-                           after_wait=self.stop_if_orphaned)
+                           after_wait=self.stop_if_orphaned, board=self.board)
         self.heartbeat = Heartbeat(
             self.session,
             self.in_flight,

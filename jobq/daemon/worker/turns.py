@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 from jobq.daemon.boards.cores import CoreTokens
+from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.wakeup import SelfPipe
 
 # Seconds between two looks for a free token: the first after TURN_WAIT, each next one
@@ -28,10 +29,12 @@ TURN_WAIT_MAX = 0.04
 
 class Turns:
     def __init__(self, cores: CoreTokens, slot: int, *, wakeup: SelfPipe, stopping: threading.Event,
-                 after_wait: Callable[[], None]) -> None:
+                 after_wait: Callable[[], None], board: IdleBoard | None = None) -> None:
         """``after_wait`` is the loop's check after any wait (a worker whose supervisor is
-        gone stops)."""
+        gone stops); a wait for a turn shows on ``board`` (the pool may do without it)."""
         self.cores = cores
+        self.slot = slot
+        self.board = board
         self.first = slot % max(cores.tokens, 1)  # workers try the tokens in different orders
         self.wakeup = wakeup
         self.stopping = stopping
@@ -53,14 +56,20 @@ class Turns:
         if self.cores.take(self.first):
             return True
         flush()
-        wait = TURN_WAIT
-        while not self.stopping.is_set():
-            self.wakeup.wait(wait)
-            wait = min(wait * 2, TURN_WAIT_MAX)
-            self.after_wait()
-            if not self.stopping.is_set() and self.cores.take(self.first):
-                return True
-        return False
+        if self.board is not None:
+            self.board.waiting(self.slot)
+        try:
+            wait = TURN_WAIT
+            while not self.stopping.is_set():
+                self.wakeup.wait(wait)
+                wait = min(wait * 2, TURN_WAIT_MAX)
+                self.after_wait()
+                if not self.stopping.is_set() and self.cores.take(self.first):
+                    return True
+            return False
+        finally:
+            if self.board is not None:
+                self.board.mark(self.slot, False)
 
     def give_back(self) -> None:
         self.cores.give_back()
