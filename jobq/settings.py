@@ -139,7 +139,7 @@ class Settings(BaseModel):
     """Worker processes per supervisor at most (`jobq worker --concurrency`)."""
     min_workers: int = Field(default_factory=_cpu_count, ge=1, le=512)
     """Workers a supervisor keeps however idle (`--min-workers`); it starts more, up to the concurrency, while all are
-    busy and their jobs wait (on I/O, a lock) or run long, and lets those go after a minute idle. Equal: a fixed pool."""
+    busy and their jobs wait (on I/O, a lock) or run long, and lets them go a minute after that. Equal: a fixed pool."""
     hostname: str = Field(default_factory=_hostname, pattern=r"^\S+$", max_length=255)
     """Names a supervisor's host in its worker ids (`host:pid:token`), in
     `workers.hostname` and in its sessions' `application_name`; one word. Set it where

@@ -480,3 +480,18 @@ def test_a_worker_waiting_for_a_turn_at_the_cores_is_not_idle_for_growth_but_spa
     growing.size_pool()
     growing.manage_workers()
     assert [p.slot for p in active(growing)] == [0, 1, 2]  # the highest spare one goes first
+
+
+def test_a_grown_pool_shrinks_back_one_a_look_once_no_job_has_waited_or_run_long_for_a_minute(growing, system):
+    growing.manage_workers()
+    active(growing)[0].blocked = True
+    growing.size_pool()
+    growing.manage_workers()
+    assert len(active(growing)) == 4
+    growing.size_pool()  # every worker busy (short jobs), a report a moment ago: kept
+    assert len(active(growing)) == 4
+    growing.blocked_at -= IDLE_RETIRE
+    for expected in ([0, 1, 2], [0, 1], [0, 1]):
+        growing.size_pool()
+        growing.manage_workers()
+        assert [p.slot for p in active(growing)] == expected  # busy ones too, the highest first; never below 2

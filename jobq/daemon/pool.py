@@ -9,14 +9,16 @@ workers on two cores drained noop jobs about 12 % slower than two (benchmark/REA
 two holds four. So a supervisor starts ``least`` workers (by default the CPU
 count), and doubles the pool, up to ``most``, whenever one of its workers reports that
 its jobs block or run long (:class:`jobq.daemon.messages.Blocked`) while none of the
-others waits idle for work; a worker beyond ``least`` that has waited idle, or for a
-turn at the cores (others run short jobs: it is not needed while they do), for
-IDLE_RETIRE seconds is retired. ``least`` equal to ``most`` is a fixed pool.
+others waits idle for work. Beyond ``least``, one worker is retired a tick when one has
+waited idle, or for a turn at the cores (others run short jobs: it is not needed while
+they do), for IDLE_RETIRE seconds, or when no worker has reported jobs that wait or run
+long for that long (the reason the pool grew is gone; short jobs keep every worker
+busy now and then, none idle for a minute). ``least`` equal to ``most`` is a fixed pool.
 """
 
 from __future__ import annotations
 
-IDLE_RETIRE = 60.0  # seconds a worker beyond the least waits (idle, or for a turn) before it is retired
+IDLE_RETIRE = 60.0  # seconds idle (or without a job that waits or runs long) before a worker beyond the least goes
 
 
 class PoolSize:

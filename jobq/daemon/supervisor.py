@@ -61,6 +61,7 @@ class Supervisor:
         self.settings = settings
         self.system = system or System()
         self.pool = PoolSize(settings.min_workers, settings.concurrency)
+        self.blocked_at = time.monotonic()  # when a worker last reported jobs that wait or run long
         self.workers: dict[int, WorkerProcess] = {}
         self.maintenance: MaintenanceProcess | None = None
         self.signals: list[int] = []
@@ -297,24 +298,28 @@ class Supervisor:
 
     def size_pool(self) -> None:
         """Grow the pool when a worker reported jobs that wait or run long and none of
-        the others waits idle; retire one worker beyond the least that has waited idle,
-        or for a turn at the cores, IDLE_RETIRE seconds (:mod:`jobq.daemon.pool`)."""
+        the others waits idle; retire one worker beyond the least when one has waited
+        idle, or for a turn at the cores, IDLE_RETIRE seconds, or when no job has waited
+        or run long for that long (:mod:`jobq.daemon.pool`)."""
         now = time.monotonic()
         active = [p for p in self.workers.values() if not p.retiring]
         for proc in active:
             proc.idle_since = (proc.idle_since or now) if self.idle_board.spare(proc.slot) else None
-        blocked = any(proc.blocked for proc in self.workers.values())
-        for proc in self.workers.values():
-            proc.blocked = False
-        if blocked and not any(self.idle_board.idle(proc.slot) for proc in active) and self.pool.grow():
-            log.info("supervisor.pool_grown workers=%s most=%s: every worker is busy and jobs wait or run long",
-                     self.pool.now, self.pool.most)
-            return
-        idle = [p for p in active if p.idle_since is not None and now - p.idle_since >= IDLE_RETIRE]
-        if idle and len(active) == self.pool.now and self.pool.shrink():
-            proc = max(idle, key=lambda p: p.slot)
-            log.info("supervisor.pool_shrunk workers=%s most=%s: worker %s idle or waiting for a turn for %ss",
-                     self.pool.now, self.pool.most, proc.worker_id, f"{IDLE_RETIRE:g}")
+        if any(proc.blocked for proc in self.workers.values()):
+            self.blocked_at = now
+            for proc in self.workers.values():
+                proc.blocked = False
+            if not any(self.idle_board.idle(proc.slot) for proc in active) and self.pool.grow():
+                log.info("supervisor.pool_grown workers=%s most=%s: every worker is busy and jobs wait or run long",
+                         self.pool.now, self.pool.most)
+                return
+        spare = [p for p in active if p.idle_since is not None and now - p.idle_since >= IDLE_RETIRE]
+        quiet = now - self.blocked_at >= IDLE_RETIRE
+        if (spare or quiet) and len(active) == self.pool.now and self.pool.shrink():
+            proc = max(spare or active, key=lambda p: p.slot)
+            why = "idle or waiting for a turn" if spare else "no job waited or ran long"
+            log.info("supervisor.pool_shrunk workers=%s most=%s: worker %s retired, %s for %ss",
+                     self.pool.now, self.pool.most, proc.worker_id, why, f"{IDLE_RETIRE:g}")
             self.retire(proc)
 
     def manage_workers(self) -> None:
