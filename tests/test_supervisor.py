@@ -490,7 +490,7 @@ def test_a_grown_pool_shrinks_back_one_a_look_once_no_job_has_waited_or_run_long
     assert len(active(growing)) == 4
     growing.size_pool()  # every worker busy (short jobs), a report a moment ago: kept
     assert len(active(growing)) == 4
-    growing.blocked_at -= IDLE_RETIRE
+    growing.pool.reported_at -= IDLE_RETIRE
     for expected in ([0, 1, 2], [0, 1], [0, 1]):
         growing.size_pool()
         growing.manage_workers()

@@ -22,21 +22,30 @@ IDLE_RETIRE = 60.0  # seconds idle (or without a job that waits or runs long) be
 
 
 class PoolSize:
-    def __init__(self, least: int, most: int) -> None:
+    def __init__(self, least: int, most: int, now: float) -> None:
+        """``now``: the supervisor's start (monotonic), when the pool is as it should be."""
         self.least = least
         self.most = most
         self.now = min(least, most)
+        self.reported_at = now  # when a worker last reported jobs that wait or run long
 
-    def grow(self) -> bool:
-        """Workers block and none waits idle: double, up to the most; whether it grew."""
+    def reported(self, at: float, *, none_idle: bool) -> bool:
+        """A worker reported jobs that wait or run long at ``at``: double, up to the most,
+        if none of the workers waits idle; whether it grew."""
+        self.reported_at = at
         grown = min(self.most, self.now * 2)
-        if grown == self.now:
+        if not none_idle or grown == self.now:
             return False
         self.now = grown
         return True
 
+    def quiet(self, at: float) -> bool:
+        """Whether no worker has reported such jobs for IDLE_RETIRE seconds at ``at``."""
+        return at - self.reported_at >= IDLE_RETIRE
+
     def shrink(self) -> bool:
-        """A worker beyond the least has waited idle long enough: one fewer; whether it may go."""
+        """A worker beyond the least is not needed (idle, or no report for IDLE_RETIRE
+        seconds): one fewer; whether it may go."""
         if self.now <= min(self.least, self.most):
             return False
         self.now -= 1

@@ -60,8 +60,7 @@ class Supervisor:
     def __init__(self, settings: Settings, system: System | None = None) -> None:
         self.settings = settings
         self.system = system or System()
-        self.pool = PoolSize(settings.min_workers, settings.concurrency)
-        self.blocked_at = time.monotonic()  # when a worker last reported jobs that wait or run long
+        self.pool = PoolSize(settings.min_workers, settings.concurrency, time.monotonic())
         self.workers: dict[int, WorkerProcess] = {}
         self.maintenance: MaintenanceProcess | None = None
         self.signals: list[int] = []
@@ -306,16 +305,14 @@ class Supervisor:
         for proc in active:
             proc.idle_since = (proc.idle_since or now) if self.idle_board.spare(proc.slot) else None
         if any(proc.blocked for proc in self.workers.values()):
-            self.blocked_at = now
             for proc in self.workers.values():
                 proc.blocked = False
-            if not any(self.idle_board.idle(proc.slot) for proc in active) and self.pool.grow():
+            if self.pool.reported(now, none_idle=not any(self.idle_board.idle(proc.slot) for proc in active)):
                 log.info("supervisor.pool_grown workers=%s most=%s: every worker is busy and jobs wait or run long",
                          self.pool.now, self.pool.most)
                 return
         spare = [p for p in active if p.idle_since is not None and now - p.idle_since >= IDLE_RETIRE]
-        quiet = now - self.blocked_at >= IDLE_RETIRE
-        if (spare or quiet) and len(active) == self.pool.now and self.pool.shrink():
+        if (spare or self.pool.quiet(now)) and len(active) == self.pool.now and self.pool.shrink():
             proc = max(spare or active, key=lambda p: p.slot)
             why = "idle or waiting for a turn" if spare else "no job waited or ran long"
             log.info("supervisor.pool_shrunk workers=%s most=%s: worker %s retired, %s for %ss",
