@@ -11,7 +11,7 @@ from jobq.spec import DEFAULT_UNIQUE_WHILE, Row, key_scope
 
 
 def row_params(row: Row) -> dict[str, Any]:
-    """One validated row as the single-row inserts take it (JOB_INSERT, JOB_INSERT_DEBOUNCED)."""
+    """One validated row as the single-row inserts take it (JOB_INSERT, JOB_INSERT_UNKEYED, JOB_INSERT_DEBOUNCED)."""
     type_, queue, payload, priority, max_retries, run_at, key, tags, scope, concurrency_key = row
     return {
         "type": type_,

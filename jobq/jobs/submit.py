@@ -32,6 +32,7 @@ from jobq.store.sql.enqueue import (
     JOB_INSERT_MANY,
     JOB_INSERT_RESERVED,
     JOB_INSERT_RESERVED_IF_ABSENT,
+    JOB_INSERT_UNKEYED,
     JOB_RESERVE_IDS,
 )
 from jobq.jobs.copy_rows import job_rows
@@ -121,20 +122,25 @@ def enqueue(
 def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | None = None) -> Enqueued:
     """Add one validated job; see :func:`enqueue`. ``max_pending`` turns on admission
     control: :class:`Overloaded` is raised, and nothing added, above that many pending jobs."""
-    params = row_params(spec.row())
+    row = spec.row()
+    params = row_params(row)
     with connection(conn) as c, tracing.recorded_on(c, spec.queue, 1):
         if max_pending is not None:
             check_admission(c, max_pending)
         if spec.debounce is None:
-            return _insert_one(c, params)
+            return _insert_one(c, row, params)
         found = insert_debounced(c, params, spec.debounce, spec.debounce_max_wait, spec.key_scope())
         if found is None:
             raise _key_unsettled([spec.idempotency_key])
         return Enqueued(*found)
 
 
-def _insert_one(conn: Connection, params: dict[str, Any]) -> Enqueued:
-    """One row (JOB_INSERT), or the job holding its key."""
+def _insert_one(conn: Connection, row: Row, params: dict[str, Any]) -> Enqueued:
+    """One row (JOB_INSERT_UNKEYED without a key, else JOB_INSERT), or the job holding its key."""
+    if row[KEY] is None:
+        inserted = conn.execute(JOB_INSERT_UNKEYED, params).fetchone()
+        assert inserted is not None
+        return Enqueued(_new_job(row, *inserted), True)
     with conn.cursor(row_factory=class_row(Job)) as cur:
         for _ in range(KEY_ATTEMPTS):
             cur.execute(JOB_INSERT, params)
@@ -195,7 +201,7 @@ def _store(rows: list[Row], conn: Connection | None, max_pending: int | None) ->
         if max_pending is not None:
             check_admission(c, max_pending)
         if len(rows) == 1:  # the single-row INSERT: cheaper to send than one-element arrays
-            entry = _insert_one(c, row_params(rows[0]))
+            entry = _insert_one(c, rows[0], row_params(rows[0]))
             return [entry.job], set() if entry.created else {0}
         if keys or len(rows) < COPY_THRESHOLD:
             return _insert(c, rows, keys)
@@ -358,17 +364,20 @@ def _key_unsettled(keys: list[str | None]) -> DatabaseUnavailable:
     )
 
 
-def _new_job(row: Row, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+def _new_job(
+    row: Row, job_id: int, run_at: datetime, created_at: datetime, traceparent: str | None = None
+) -> Job:
     """The row just inserted, built here rather than read back: every other column holds
-    its default. Positional, in the order of Job's fields (a third of the cost of
-    keywords; tests/test_enqueue.py compares it with the row as read back)."""
+    its default (``traceparent``: the one it was given, if known). Positional, in the
+    order of Job's fields (a third of the cost of keywords; tests/test_enqueue.py
+    compares it with the row as read back)."""
     type_, queue, payload, priority, max_retries, _, key, tags, scope, concurrency_key = row
     return Job(
         job_id, type_, queue, payload, "pending", priority, 0, max_retries, run_at,
         None, None, None, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at; created_at
         None, None, [], None, None,  # result, error, errors, worker_id, lease
         key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
-        scope or DEFAULT_UNIQUE_WHILE, concurrency_key=concurrency_key,
+        scope or DEFAULT_UNIQUE_WHILE, traceparent=traceparent, concurrency_key=concurrency_key,
     )
 
 
