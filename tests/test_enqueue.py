@@ -42,6 +42,18 @@ def test_enqueue_stores_every_argument(conn):
     assert abs((stored.run_at - run_at).total_seconds()) < 1e-3
 
 
+def test_the_job_an_enqueue_returns_is_the_row_as_stored(conn):
+    """The one-row insert without a key returns four columns and builds the rest from
+    what it was given: every field equals the stored row's, the traceparent the
+    session's setting gave it included."""
+    conn.execute("SELECT set_config('jobq.traceparent', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', false)")
+    run_at = datetime.now(timezone.utc) + timedelta(minutes=5)
+    job = jobq.enqueue("echo", {"a": [1, {"b": None}], "s": "é"}, priority=2, max_retries=7, run_at=run_at,
+                       queue="mail", tags=["x", "y"], unique_while=None, concurrency_key="tenant:1", conn=conn)
+    assert job.traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert jobq.get(job.id, conn=conn) == job
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
