@@ -102,6 +102,24 @@ def test_enqueue_in_a_committed_transaction_wakes_workers_at_commit(database_url
     assert job_count(conn) == 1
 
 
+def test_a_session_with_jobq_notify_off_wakes_no_worker_and_still_counts(database_url, conn, listener):
+    """``SET jobq.notify = off`` (docs/architecture.md) silences the counters' triggers'
+    wake-ups, after an insert and after an update that leaves rows pending, and nothing
+    else: the jobs are counted as ever; the setting's default wakes as before."""
+    with psycopg.connect(database_url, autocommit=True) as quiet:
+        quiet.execute("SET jobq.notify = off")
+        job = jobq.enqueue("noop", queue="mail", conn=quiet)
+        jobq.enqueue_many([{"type": "noop", "queue": "mail"}] * 3, conn=quiet)
+        quiet.execute("UPDATE jobs SET status = 'claimed' WHERE id = %s", (job.id,))
+        quiet.execute("UPDATE jobs SET status = 'pending' WHERE id = %s", (job.id,))
+        assert notifications(listener) == []
+        quiet.execute("RESET jobq.notify")
+        quiet.execute("UPDATE jobs SET status = 'claimed' WHERE id = %s", (job.id,))
+        quiet.execute("UPDATE jobs SET status = 'pending' WHERE id = %s", (job.id,))
+    assert notifications(listener) == ["mail 1"]
+    assert jobq.counts(conn=conn).queues["mail"]["pending"] == 4
+
+
 def test_enqueue_many_keeps_order_and_sends_one_wakeup_per_queue(conn, listener):
     specs = [{"type": "echo", "payload": {"i": i}, "queue": "a" if i % 2 else "b"} for i in range(10_000)]
     started = time.monotonic()
