@@ -179,6 +179,12 @@ class Settings(BaseModel):
     short_job_workers: int = Field(default_factory=_cpu_count, ge=0, le=512)
     """Most of a supervisor's workers that run batches of short CPU-bound jobs at once (more would only share the
     cores); the others wait their turn. Workers whose jobs are long or wait on I/O are not held back. 0: no limit."""
+    hand_off: bool = True
+    """A worker whose claim found nothing is handed the next job enqueued for its queues
+    by the enqueue itself (claimed in the enqueue's transaction): no claim of its own
+    between the enqueue and the handler. Only for `jobq.enqueue` of one job due now,
+    without a concurrency key, of a queue neither paused nor limited, outside a caller's
+    transaction. 0: this worker always claims."""
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
     """A connection whose other end vanished without a word is ended by jobq within about
     this long (keepalive probes after a third of it idle, then every sixth;

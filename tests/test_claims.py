@@ -173,7 +173,7 @@ def test_claim_uses_the_partial_pending_index(conn):
     conn.execute("ANALYZE jobs")
     plan = conn.execute(
         "EXPLAIN " + leases.claim_statement(10),
-        {"queues": ["q3"], "worker_id": "w", "lock_base": LOCK_BASE},
+        {"queues": ["q3"], "worker_id": "w", "lock_base": LOCK_BASE, "hand_off": False},
     ).fetchall()
     text = "\n".join(row[0] for row in plan)
     assert "jobs_pending_claim_idx" in text, text

@@ -124,8 +124,8 @@ def test_with_statistics_of_an_empty_live_partition_the_claim_and_writes_probe_t
         assert not any("Seq Scan on jobs_live" in line for line in lines), (name, plan)
         index_scans = [(i, m[1] or m[2]) for i, line in enumerate(lines) if (m := INDEX_SCAN.search(line))]
         assert index_scans, (name, plan)
-        for i, index in index_scans:  # probes by id, or the claim's range: never a whole index
-            assert index in ("jobs_live_pkey", "jobs_pending_claim_idx", "jobq_queues_pkey"), (name, plan)
+        for i, index in index_scans:  # probes by id (a job, a queue, the worker), or the claim's range: never a whole index
+            assert index in ("jobs_live_pkey", "jobs_pending_claim_idx", "jobq_queues_pkey", "workers_pkey"), (name, plan)
             assert "Index Cond" in lines[i + 1], (name, plan)
 
 
@@ -142,7 +142,7 @@ def unanalysed_backlog(empty_database):
 
 
 def claim_plan(conn) -> str:
-    params = {"queues": ["default"], "worker_id": "plans:1:x", "lock_base": LOCK_BASE}
+    params = {"queues": ["default"], "worker_id": "plans:1:x", "lock_base": LOCK_BASE, "hand_off": False}
     return "\n".join(row[0] for row in conn.execute("EXPLAIN " + leases.claim_statement(50), params))
 
 

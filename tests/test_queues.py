@@ -163,7 +163,7 @@ def test_the_claim_checks_each_queue_once_and_still_walks_the_pending_index(conn
     with conn.transaction(force_rollback=True):
         (plan,) = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + leases.claim_statement(10),
-            {"queues": ["q9", "q19", "q3"], "worker_id": "w", "lock_base": LOCK_BASE},
+            {"queues": ["q9", "q19", "q3"], "worker_id": "w", "lock_base": LOCK_BASE, "hand_off": False},
         ).fetchone()[0]
     nodes = list(walk(plan["Plan"]))
     probes = [n for n in nodes if n.get("Relation Name") == "jobq_queues"]

@@ -21,7 +21,7 @@ from psycopg import sql
 from jobq.store import connections
 from jobq.daemon.boards import idle
 from jobq.errors import DatabaseUnavailable
-from jobq.store.sql.database import WAKE_CHANNEL_GET
+from jobq.store.sql.database import HAND_CHANNEL_GET, WAKE_CHANNEL_GET
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +72,24 @@ class Listener:
     thread-safe: one thread owns it."""
 
     def __init__(
-        self, url: str, queues: Sequence[str] | None = (), *, application_name: str, channel: str = WAKE_CHANNEL_GET
+        self, url: str, queues: Sequence[str] | None = (), *, application_name: str, channel: str = WAKE_CHANNEL_GET,
+        hand_to: str | None = None,
     ) -> None:
         """``queues``: whose wake-ups to take (None: every queue's). ``channel``: the
         statement that names what to LISTEN on, asked at each connect; by default the
         wake-up channel, as the schema names it (jobq_wake_channel()); the operators'
-        actions' is CONTROL_CHANNEL_GET (jobq_control_channel())."""
+        actions' is CONTROL_CHANNEL_GET (jobq_control_channel()). ``hand_to``: a worker's
+        id, to LISTEN also on the hand-off channel (jobq_hand_channel()) and take the
+        jobs handed to it (:meth:`take_handed`)."""
         self.url = url
         self.queues = None if queues is None else frozenset(queues)
         self.application_name = application_name
         self.channel_get = channel
         self.channel: str | None = None
+        self.hand_to = hand_to
+        self._hand_channel = b""  # jobq_hand_channel() as notifications name it
+        self._handed: list[tuple[int, int]] = []  # (job id, lease) handed to hand_to, not taken yet
+        self.heard = False  # whether a notification of ours ended the last wait
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
         self._encoding = "utf-8"
@@ -97,6 +104,10 @@ class Listener:
             (self.channel,) = self.conn.execute(self.channel_get).fetchone()  # type: ignore[misc]
             self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             self._encoding = self.conn.info.encoding
+            if self.hand_to is not None:
+                (hand_channel,) = self.conn.execute(HAND_CHANNEL_GET).fetchone()  # type: ignore[misc]
+                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(hand_channel)))
+                self._hand_channel = hand_channel.encode(self._encoding)
             # Anything psycopg kept aside while LISTEN ran (wait() reads libpq directly):
             # the caller looks after a connect anyway.
             for _ in self.conn.notifies(timeout=0):
@@ -118,6 +129,7 @@ class Listener:
         caller looks)."""
         deadline = time.monotonic() + timeout
         self.woken_by = None
+        self.heard = False
         if self.conn is not None:
             try:
                 self._listen(deadline, wake_fds, waking)
@@ -151,6 +163,12 @@ class Listener:
             if any(fd != sock for fd in ready):
                 return  # a wake-up fd
 
+    def take_handed(self) -> list[tuple[int, int]]:
+        """The jobs handed to this worker that the notifications named so far, as (job id,
+        lease), forgotten here once taken."""
+        handed, self._handed = self._handed, []
+        return handed
+
     def payloads(self) -> list[str]:
         """The notifications received so far, without waiting; reconnects when it is
         time (what was sent while disconnected is lost: NOTIFY is best-effort)."""
@@ -179,22 +197,36 @@ class Listener:
 
     def _ours(self, waking: Waking) -> bool:
         """Read what the socket holds and whether one of the notifications is ours to
-        take. Straight from libpq (what ``Connection.notifies()`` does, without its
-        generator, lock and timeout machinery: a third of the time from a notification's
-        arrival to the claim's send). The notifications after the one taken are read and
-        dropped: their jobs are committed, so the claim that follows sees them."""
+        take: a job handed to us, or a wake-up. Straight from libpq (what
+        ``Connection.notifies()`` does, without its generator, lock and timeout
+        machinery: a third of the time from a notification's arrival to the claim's
+        send). The wake-ups after the one taken are read and dropped: their jobs are
+        committed, so the claim that follows sees them; every hand-off is kept."""
         assert self.conn is not None
         pgconn = self.conn.pgconn
         pgconn.consume_input()
         taken = False
         while (note := pgconn.notifies()) is not None:
+            if note.relname == self._hand_channel:
+                taken = self._handed_to_us(note.extra.decode(self._encoding)) or taken
+                continue
             if taken:
                 continue
             queue, jobs = idle.parse(note.extra.decode(self._encoding))
             taken = (self.queues is None or queue in self.queues) and waking.wakes(jobs)
             if taken:
                 self.woken_by = queue
+        self.heard = self.heard or taken
         return taken
+
+    def _handed_to_us(self, payload: str) -> bool:
+        """A hand-off, ``'<job id> <lease> <worker id>'``: kept if the worker is us."""
+        job_id, _, rest = payload.partition(" ")
+        lease, _, worker = rest.partition(" ")
+        if worker != self.hand_to:
+            return False
+        self._handed.append((int(job_id), int(lease)))
+        return True
 
     def _sleep(self, until: float, wake_fds: Sequence[int]) -> bool:
         """Sleep until ``until`` (monotonic); True if a wake-up fd ended it."""

@@ -13,6 +13,7 @@ from jobq.store.sql.workers import (
     WORKER_HEARTBEAT,
     WORKER_LOCK_BUDGET,
     WORKER_REGISTER,
+    WORKER_STOP_WAITING,
 )
 from jobq.store.connections import Connection
 
@@ -54,6 +55,12 @@ def lock_budget(conn: Connection, worker_id: str) -> int:
     """How many jobs a worker may hold claimed now, by the server's lock table
     (WORKER_LOCK_BUDGET): its claims never take more."""
     return int(conn.execute(WORKER_LOCK_BUDGET, {"id": worker_id}).fetchone()[0])
+
+
+def stop_waiting(conn: Connection, worker_id: str) -> None:
+    """The worker is handed no more jobs (schema 28); an enqueue handing it one now is
+    waited for (its own short transaction), so that what it handed can be taken back."""
+    conn.execute(WORKER_STOP_WAITING, {"id": worker_id})
 
 
 def leave(conn: Connection, worker_id: str) -> None:

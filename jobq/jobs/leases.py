@@ -32,6 +32,8 @@ from jobq.store.sql.leases import (
     JOB_RELOCK_IF_LEASED,
     JOB_SET_PROGRESS_IF_LEASED,
     JOB_START_IF_LEASED,
+    JOB_TAKE_HANDED,
+    JOB_TAKE_HANDED_UNHEARD,
 )
 from jobq.store.sql.outcomes import (
     JOB_CANCEL_IF_LEASED,
@@ -138,9 +140,10 @@ class RecordedFailure:
 
 
 def claim(
-    conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int
+    conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int, hand_off: bool = False
 ) -> Deferred[list[Claim]]:
-    """Claim up to ``limit`` due jobs of ``queues``.
+    """Claim up to ``limit`` due jobs of ``queues``; with ``hand_off``, the worker's row
+    says whether it now waits to be handed a job (none claimed) or not (schema 28).
 
     The jobs come back in claim order (priority, run_at, id), each with a new lease and,
     if ``locked``, its advisory lock held by ``conn``'s session. Raises
@@ -152,15 +155,36 @@ def claim(
     cur = conn.cursor()
     queues = list(queues)
     cur.execute(claim_statement(limit, several=len(queues) > 1),
-                {"queues": queues, "worker_id": worker_id, "lock_base": lock_base})
+                {"queues": queues, "worker_id": worker_id, "lock_base": lock_base, "hand_off": hand_off})
+    return Deferred(lambda: _claims(cur))
 
-    def read() -> list[Claim]:
-        jobs = [(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
-        claimed = [Claim(job, job.lease, locked) for job, locked in jobs]  # type: ignore[arg-type]
-        claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
-        return claimed
 
-    return Deferred(read)
+def take_handed(
+    conn: Connection, handed: Sequence[tuple[int, int]], *, worker_id: str, lock_base: int,
+    unheard: Sequence[int] | None = None,
+) -> Deferred[list[Claim]]:
+    """The jobs handed to this worker by their enqueue (schema 28): those of ``handed``
+    (id, lease) still claimed in its name under that lease; with ``unheard`` (the ids it
+    holds), every job claimed in its name that it does not hold (handed while it could
+    not hear). Each with its advisory lock taken if it can be (as :func:`claim`)."""
+    cur = conn.cursor()
+    if unheard is not None:
+        cur.execute(JOB_TAKE_HANDED_UNHEARD, {"worker_id": worker_id, "lock_base": lock_base, "held": list(unheard)})
+    else:
+        cur.execute(JOB_TAKE_HANDED, {
+            "ids": [job_id for job_id, _ in handed], "leases": [lease for _, lease in handed],
+            "worker_id": worker_id, "lock_base": lock_base,
+        })
+    return Deferred(lambda: _claims(cur))
+
+
+def _claims(cur: psycopg.Cursor) -> list[Claim]:
+    """The rows of a claim (the job's columns, then whether its advisory lock was taken),
+    in claim order."""
+    jobs = [(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
+    claimed = [Claim(job, job.lease, locked) for job, locked in jobs]  # type: ignore[arg-type]
+    claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
+    return claimed
 
 
 @functools.lru_cache(maxsize=64)

@@ -19,6 +19,7 @@ from typing import Any
 
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 
 from jobq.store.sql.counters import COUNTER_GET_PENDING
@@ -32,6 +33,7 @@ from jobq.store.sql.enqueue import (
     JOB_INSERT_MANY,
     JOB_INSERT_RESERVED,
     JOB_INSERT_RESERVED_IF_ABSENT,
+    JOB_INSERT_HANDED,
     JOB_INSERT_UNKEYED,
     JOB_RESERVE_IDS,
 )
@@ -128,17 +130,18 @@ def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | 
         if max_pending is not None:
             check_admission(c, max_pending)
         if spec.debounce is None:
-            return _insert_one(c, row, params)
+            return _insert_one(c, row, params, handed=conn is None or _own_transaction(c))
         found = insert_debounced(c, params, spec.debounce, spec.debounce_max_wait, spec.key_scope())
         if found is None:
             raise _key_unsettled([spec.idempotency_key])
         return Enqueued(*found)
 
 
-def _insert_one(conn: Connection, row: Row, params: dict[str, Any]) -> Enqueued:
-    """One row (JOB_INSERT_UNKEYED without a key, else JOB_INSERT), or the job holding its key."""
+def _insert_one(conn: Connection, row: Row, params: dict[str, Any], *, handed: bool = False) -> Enqueued:
+    """One row (without a key JOB_INSERT_HANDED, or JOB_INSERT_UNKEYED in a caller's
+    transaction; else JOB_INSERT), or the job holding its key."""
     if row[KEY] is None:
-        inserted = conn.execute(JOB_INSERT_UNKEYED, params).fetchone()
+        inserted = conn.execute(JOB_INSERT_HANDED if handed else JOB_INSERT_UNKEYED, params).fetchone()
         assert inserted is not None
         return Enqueued(_new_job(row, *inserted), True)
     with conn.cursor(row_factory=class_row(Job)) as cur:
@@ -365,20 +368,30 @@ def _key_unsettled(keys: list[str | None]) -> DatabaseUnavailable:
 
 
 def _new_job(
-    row: Row, job_id: int, run_at: datetime, created_at: datetime, traceparent: str | None = None
+    row: Row, job_id: int, run_at: datetime, created_at: datetime, traceparent: str | None = None,
+    worker_id: str | None = None, lease: int | None = None,
 ) -> Job:
     """The row just inserted, built here rather than read back: every other column holds
-    its default (``traceparent``: the one it was given, if known). Positional, in the
-    order of Job's fields (a third of the cost of keywords; tests/test_enqueue.py
-    compares it with the row as read back)."""
+    its default (``traceparent``: the one it was given, if known; ``worker_id`` and
+    ``lease``: the worker it was handed to, claimed in the insert's transaction, whose
+    now() is its created_at). Positional, in the order of Job's fields (a third of the
+    cost of keywords; tests/test_enqueue.py compares it with the row as read back)."""
     type_, queue, payload, priority, max_retries, _, key, tags, scope, concurrency_key = row
+    claimed_at = None if worker_id is None else created_at
     return Job(
-        job_id, type_, queue, payload, "pending", priority, 0, max_retries, run_at,
-        None, None, None, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at; created_at
-        None, None, [], None, None,  # result, error, errors, worker_id, lease
+        job_id, type_, queue, payload, "pending" if worker_id is None else "claimed", priority, 0, max_retries,
+        run_at, claimed_at, None, claimed_at, None, created_at,  # claimed_at, started_at, heartbeat_at, completed_at
+        None, None, [], worker_id, lease,  # result, error, errors, worker_id, lease
         key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
         scope or DEFAULT_UNIQUE_WHILE, traceparent=traceparent, concurrency_key=concurrency_key,
     )
+
+
+def _own_transaction(conn: Connection) -> bool:
+    """Whether a statement on the caller's connection is a transaction of its own
+    (autocommit, no transaction open): then a job may be handed to a waiting worker,
+    whose row the hand-off locks until the commit."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def check_admission(conn: Connection, max_pending: int) -> None:

@@ -70,14 +70,17 @@ class Gate:
         self.checked = time.monotonic()
         return self.limited
 
-    def claim_for(self, session: Any, queues: Sequence[str]) -> Callable[..., leases.Deferred[list[leases.Claim]]]:
-        """The claim a worker makes next for ``queues``: the plain one, or the one under
+    def claim_for(
+        self, session: Any, queues: Sequence[str], *, hand_off: bool = False
+    ) -> Callable[..., leases.Deferred[list[leases.Claim]]]:
+        """The claim a worker makes next for ``queues``: the plain one (saying on the
+        worker's row whether it waits for a hand-off, with ``hand_off``), or the one under
         limits (which asks when a full rate opens only while one of the queues has a
         rate); asked again through ``session`` (its ``run(fn)``) when the answer is due."""
         if self.due():
             session.run(lambda conn, _: self.check(conn, queues))
         if not self.limited:
-            return leases.claim
+            return functools.partial(leases.claim, hand_off=hand_off) if hand_off else leases.claim
         return functools.partial(
             limited.claim, rate_opens_in=self._rate_opens if self.rated else None, most=KEYED_CLAIM if self.keyed else None
         )

@@ -308,6 +308,9 @@ class Maintenance:
                     gone.worker_id,
                 )
                 continue
+            # First no more hand-offs to it (an enqueue handing it a job now is waited
+            # for), so that the recovery sees every job claimed in its name.
+            self.run_duty("recover", lambda conn: presence.stop_waiting(conn, gone.worker_id))
             recovered = self.run_duty(
                 "recover", lambda conn: reaper.recover_worker(conn, self.settings, self.lock_base, gone)
             )

@@ -119,6 +119,9 @@ class WorkerLoop:
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
         self.next_in: float | None | object = UNASKED
+        # Set by wait_for_work: a wait that no notification ended; jobs may have been
+        # handed to this worker while its listener could not hear (take_handed).
+        self.unheard = False
         self.lifeline: Lifeline | None = None  # made in boot: a control signal may come first
 
     # -- lifecycle -------------------------------------------------------------------
@@ -174,7 +177,8 @@ class WorkerLoop:
         self.session.run(lambda conn, _: announce(conn))
         registration.declare_schedules(self.session, worker_id=self.worker_id, stale_seconds=self.settings.stale_threshold)
         # Connected by the first wait for work: a worker kept busy from its start opens none.
-        self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}")
+        self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}",
+                                 hand_to=self.worker_id if self.settings.hand_off else None)
         dead_after = self.settings.dead_connection_timeout  # 0: connections not watched
         self.lifeline = lifeline = Lifeline(
             self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
@@ -236,6 +240,10 @@ class WorkerLoop:
         records the successes noted in its finished area; the rest go back to pending)
         and remove the worker's row."""
         try:
+            if self.settings.hand_off:  # no more hand-offs; those made meanwhile go back
+                self.session.run(lambda conn, _: presence.stop_waiting(conn, self.worker_id))
+                self.unheard = True
+                self.take_handed()
             self.session.give_back(self.in_flight.take_waiting())
             if write_outcomes:
                 self.outcomes.write(self.session)
@@ -289,6 +297,7 @@ class WorkerLoop:
             self.board.mark(self.slot, False)
             self.seat.forget()
         self.wakeup.drain()
+        self.unheard = self.settings.hand_off and not self.listener.heard
         self.queues.woken(self.listener.woken_by)  # a queue may have appeared
         self.stop_if_orphaned()
 
@@ -346,6 +355,32 @@ class WorkerLoop:
 
     # -- talking to the database ---------------------------------------------------------
 
+    def take_handed(self) -> bool | None:
+        """Take the jobs handed to this worker (schema 28: claimed for it by their enqueue
+        while it waited): those the notifications named, by id and lease, or after a wait
+        that none ended, any claimed in its name that it does not hold. They are in
+        flight, in line, as a claim's; returns whether any is to run here, or None when
+        there were none (claim as usual)."""
+        handed = self.listener.take_handed()
+        unheard, self.unheard = self.unheard, False
+        if not handed and not unheard:
+            return None
+        held = [claim.job_id for claim in self.in_flight.held()] if unheard else None
+
+        def take(conn: psycopg.Connection, _: object) -> list[Claim]:
+            return leases.take_handed(
+                conn, handed, worker_id=self.worker_id, lock_base=self.lock_base, unheard=held
+            ).result()
+
+        with self.session.lock:
+            claimed = self.session.run(take)
+            refused = self.in_flight.hold(claimed)
+        if not claimed:
+            return None
+        if refused:
+            self.session.give_back(refused)
+        return len(refused) < len(claimed)
+
     def exchange(self) -> bool:
         """Write the buffered outcomes and claim the next batch: one round trip (a
         pipeline), one transaction. The jobs claimed are in flight, in line; returns
@@ -355,14 +390,20 @@ class WorkerLoop:
         waiting) the claim goes alone, without a pipeline: its rows and its commit come
         back in one exchange of messages instead of two. When the last claim found fewer
         jobs than it asked for, the seconds until the next due job are asked in the same
-        round trip, for the wait that probably follows (wait_for_work)."""
+        round trip, for the wait that probably follows (wait_for_work).
+
+        Jobs handed to this worker by their enqueue (:meth:`take_handed`) are taken
+        instead of a claim."""
+        handed = self.take_handed()
+        if handed is not None:
+            return handed
         self.queues.refresh(self.session)
         limit = min(self.pace.size, self.session.lock_budget)
         if self.settings.max_jobs_per_child:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
         ask_next = self.last_claim_short
         self.next_in = UNASKED
-        claim_under = self.gate.claim_for(self.session, self.queues.names)
+        claim_under = self.gate.claim_for(self.session, self.queues.names, hand_off=self.settings.hand_off)
 
         def claim(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
             return claim_under(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)

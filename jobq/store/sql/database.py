@@ -29,6 +29,10 @@ DATABASE_PING = "SELECT 1"
 # jobq_wake both read it. Pure: no table, no lock.
 WAKE_CHANNEL_GET = "SELECT jobq_wake_channel()"
 
+# HAND_CHANNEL_GET: the channel of the jobs handed to waiting workers ('<job id> <lease>
+# <worker id>', schema 28), the wake-up channel's name followed by '.hand'.
+HAND_CHANNEL_GET = "SELECT jobq_hand_channel()"
+
 # CONTROL_CHANNEL_GET: the channel of operators' actions ('cancel <id>', 'pause <queue>',
 # ...), as the schema names it (jobq_control_channel(), migration 0018: 'jobq_control',
 # or derived from JOBQ_SCHEMA). Pure: no table, no lock.

@@ -11,6 +11,7 @@ Run by :mod:`jobq.jobs.submit` (:func:`jobq.enqueue`, :func:`jobq.enqueue_many`)
 from __future__ import annotations
 
 from jobq.store.sql.fragments import JOB_COLUMNS, KEYED_INSERT, KEYED_INSERT_COLUMNS, LIVE
+from jobq.store.sql.workers import WORKER_TAKE_WAITING
 
 # KEY_HELD: a live row (jobs_live) holds its idempotency key now: always ('always'),
 # while pending, claimed or running ('active'), while pending ('pending'). Spelt exactly
@@ -43,11 +44,36 @@ JOB_INSERT = KEYED_INSERT.format(
 # created_at defaults, and the traceparent the session's setting gave it. The enqueue
 # of one job is the start of the wake-up's path: 0.38 ms a round trip against 0.43 for
 # JOB_INSERT with all its columns returned (benchmark/README.md, "The wake-up's triggers").
-JOB_INSERT_UNKEYED = (
-    "INSERT INTO jobs (" + KEYED_INSERT_COLUMNS + ", concurrency_key) "
-    + _ONE_ROW.format(run_at="coalesce(%(run_at)s, now())")
-    + " RETURNING id, run_at, created_at, traceparent"
+_INSERT_UNKEYED = (
+    "INSERT INTO jobs (" + KEYED_INSERT_COLUMNS + ", concurrency_key{handed_columns}) "
+    "SELECT r.*{handed} FROM (" + _ONE_ROW.format(run_at="coalesce(%(run_at)s, now())") + ") AS r{taken} "
+    "RETURNING id, run_at, created_at, traceparent{handed_returned}"
 )
+JOB_INSERT_UNKEYED = _INSERT_UNKEYED.format(handed_columns="", handed="", taken="", handed_returned="")
+
+# JOB_INSERT_HANDED: JOB_INSERT_UNKEYED in a transaction of its own (schema 28), handed
+# to a waiting worker if one can take it; returns also that worker and the lease (NULL
+# when the job went in pending). A worker whose last claim found nothing has
+# waiting_since set on its row (JOB_CLAIM's flag); of those that serve the job's queue,
+# the one waiting longest is taken (row lock, SKIP LOCKED: one enqueue a worker, none
+# waits on another), its flag cleared, and the job goes in claimed for it under a new
+# lease; a notification on jobq_hand_channel() ('<id> <lease> <worker>', sent at commit)
+# tells it. Only a job due now, without a concurrency key (rules on keys are the
+# claim's), of a queue neither paused nor limited (jobq_queues' row, one primary-key
+# probe), while jobq.notify is not 'off'; any other goes in pending, as does every job
+# while no worker waits (a seq scan of workers: a table of a row per worker process).
+# Never in a caller's transaction (jobq.jobs.submit): the worker's row would stay locked,
+# and its heartbeat wait, for as long as that transaction.
+JOB_INSERT_HANDED = "WITH taken AS (" + WORKER_TAKE_WAITING + "), inserted AS (" + _INSERT_UNKEYED.format(
+    handed_columns=", status, worker_id, lease, claimed_at, heartbeat_at",
+    handed=", CASE WHEN t.id IS NULL THEN 'pending' ELSE 'claimed' END, t.id, "
+    "CASE WHEN t.id IS NOT NULL THEN nextval('jobs_lease_seq') END, "
+    "CASE WHEN t.id IS NOT NULL THEN now() END, CASE WHEN t.id IS NOT NULL THEN now() END",
+    taken=" LEFT JOIN taken AS t ON true",
+    handed_returned=", worker_id, lease",
+) + "), told AS (SELECT count(pg_notify(jobq_hand_channel(), id || ' ' || lease || ' ' || worker_id)) AS n " \
+    "FROM inserted WHERE worker_id IS NOT NULL) " \
+    "SELECT i.id, i.run_at, i.created_at, i.traceparent, i.worker_id, i.lease FROM inserted AS i, told"
 
 # JOB_INSERT_DEBOUNCED: JOB_INSERT of a debounced job (jobq.jobs.debounce): due
 # %(debounce)s seconds from now, on the database's clock, or %(max_wait)s if that is

@@ -49,6 +49,24 @@ WORKER_LOCK_BUDGET = (
     "+ current_setting('max_prepared_transactions')::int8) / 2 / (1 + (SELECT count(*) FROM workers WHERE id <> %(id)s))"
 )
 
+# WORKER_TAKE_WAITING: the enqueue of one job (JOB_INSERT_HANDED) takes a waiting worker
+# of its queue, if any and if the job may be handed over (due now, no concurrency key,
+# its queue neither paused nor limited, jobq.notify not 'off'): the one waiting longest,
+# row-locked SKIP LOCKED, its flag cleared; returns its id.
+WORKER_TAKE_WAITING = (
+    "UPDATE workers AS w SET waiting_since = NULL WHERE w.id = ("
+    "SELECT f.id FROM workers AS f WHERE f.waiting_since IS NOT NULL AND (f.all_queues OR %(queue)s = ANY(f.queues)) "
+    "AND %(concurrency_key)s::text IS NULL AND coalesce(%(run_at)s, now()) <= now() "
+    "AND current_setting('jobq.notify', true) IS DISTINCT FROM 'off' "
+    "AND NOT EXISTS (SELECT FROM jobq_queues AS q WHERE q.name = %(queue)s AND (q.paused_at IS NOT NULL "
+    "OR q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL OR q.fair)) "
+    "ORDER BY f.waiting_since LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING w.id"
+)
+
+# WORKER_STOP_WAITING: a worker leaving is handed no more jobs (its flag cleared; primary
+# key; waits for an enqueue that holds the row, handing it a job).
+WORKER_STOP_WAITING = "UPDATE workers SET waiting_since = NULL WHERE id = %(id)s AND waiting_since IS NOT NULL"
+
 # WORKER_DELETE: a worker leaving cleanly removes its row.
 WORKER_DELETE = "DELETE FROM workers WHERE id = %(id)s"
 
