@@ -141,11 +141,10 @@ class Settings(BaseModel):
     """Workers a supervisor keeps however idle (`--min-workers`); it starts more, up to the concurrency, while all are
     busy and their jobs wait (on I/O, a lock) or run long, and lets them go a minute after that. Equal: a fixed pool."""
     hostname: str = Field(default_factory=_hostname, pattern=r"^\S+$", max_length=255)
-    """Names a supervisor's host in its worker ids (`host:pid:token`), in
-    `workers.hostname` and in its sessions' `application_name`; one word. Set it where
-    containers share a host name or where the platform's is meaningless (a Heroku dyno's
-    is a random id: `worker: JOBQ_HOSTNAME=$DYNO jobq worker` in the Procfile names it
-    `worker.1`, `worker.2`...)."""
+    """Names a supervisor's host in its worker ids (`host:pid:token`), in `workers.hostname` and in its sessions'
+    `application_name`; one word. Set it where containers share a host name or where the platform's is meaningless
+    (a Heroku dyno's is a random id: `worker: JOBQ_HOSTNAME=$DYNO jobq worker` in the Procfile names it `worker.1`,
+    `worker.2`...)."""
     queues: Names = DEFAULT_QUEUES
     """Comma-separated queues a supervisor's workers take jobs from (`--queues`)."""
     all_queues: bool = False
@@ -180,24 +179,19 @@ class Settings(BaseModel):
     """Most of a supervisor's workers that run batches of short CPU-bound jobs at once (more would only share the
     cores); the others wait their turn. Workers whose jobs are long or wait on I/O are not held back. 0: no limit."""
     hand_off: bool = True
-    """A worker whose claim found nothing is handed the next job enqueued for its queues
-    by the enqueue itself (claimed in the enqueue's transaction): no claim of its own
-    between the enqueue and the handler. Only for `jobq.enqueue` of one job due now,
-    without a concurrency key, of a queue neither paused nor limited, outside a caller's
-    transaction. 0: this worker always claims."""
+    """A worker whose claim found nothing is handed the next job of its queues by its enqueue, claimed for it in the
+    enqueue's transaction (`jobq.enqueue` of one job due now, without a concurrency key, of a queue neither paused
+    nor limited, outside a caller's transaction). 0: this worker always claims."""
     dead_connection_timeout: NonNegativeSeconds = DEFAULT_DEAD_CONNECTION_TIMEOUT  # 0: off
-    """A connection whose other end vanished without a word is ended by jobq within about
-    this long (keepalive probes after a third of it idle, then every sixth;
-    `tcp_user_timeout` of all of it), and a worker whose database connection has been
-    dead this long stops its running handlers (killed after `JOBQ_CANCEL_GRACE`); the
-    server is asked to end it after this + `JOBQ_CANCEL_GRACE` + 5 s, so that a job is
-    taken back only once its handler has stopped. At least 1, or 0 for the system
-    defaults."""
+    """A connection whose other end vanished without a word is ended by jobq within about this long (keepalive probes
+    after a third of it idle, then every sixth; `tcp_user_timeout` of all of it), and a worker whose database
+    connection has been dead this long stops its running handlers (killed after `JOBQ_CANCEL_GRACE`); the server is
+    asked to end it after this + `JOBQ_CANCEL_GRACE` + 5 s, so that a job is taken back only once its handler has
+    stopped. At least 1, or 0 for the system defaults."""
 
     retention: NonNegativeSeconds = DEFAULT_RETENTION
-    """Finished (done, dead, cancelled) jobs older than this go: their partition is
-    dropped once all of it is older, so a job stays up to one `JOBQ_PARTITION_INTERVAL`
-    longer; 0 keeps everything. Dead letters stay."""
+    """Finished (done, dead, cancelled) jobs older than this go: their partition is dropped once all of it is older, so
+    a job stays up to one `JOBQ_PARTITION_INTERVAL` longer; 0 keeps everything. Dead letters stay."""
     audit_retention: NonNegativeSeconds = DEFAULT_AUDIT_RETENTION  # 0: keep the audit trail for ever
     """Audit rows older than this (90 days) are deleted by the maintenance leader; 0
     keeps them all."""
@@ -220,11 +214,9 @@ class Settings(BaseModel):
     """When set, every route but `/health`, `/` and the dashboard's (which ask for it in
     a login form) requires `Authorization: Bearer <token>`."""
     unknown_types: Literal["accept", "reject"] = "accept"
-    """A job type no live worker has a handler for (workers announce theirs): `accept`
-    (the web may deploy before the workers; `jobq inspect` shows such jobs as "no
-    handler") or `reject` (`POST /jobs` answers 422 naming the known types; `jobq
-    enqueue` refuses). Nothing is refused while no worker is live or one of an older
-    release is."""
+    """A job type no live worker has a handler for (workers announce theirs): `accept` (the web may deploy before the
+    workers; `jobq inspect` shows such jobs as "no handler") or `reject` (`POST /jobs` answers 422 naming the known
+    types; `jobq enqueue` refuses). Nothing is refused while no worker is live or one of an older release is."""
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1024)
     """Largest request body the API accepts (413 above)."""
     max_pending: int | None = Field(None, ge=0)

@@ -18,6 +18,12 @@ from jobq.store.sql.workers import (
 from jobq.store.connections import Connection
 
 
+def worker_name(hostname: str, pid: int, token: str) -> str:
+    """A worker's id, in ``workers.id`` and ``jobs.worker_id``: host, pid, and a token
+    drawn at spawn so that a reused pid is a different worker."""
+    return f"{hostname}:{pid}:{token}"
+
+
 def register(
     conn: Connection,
     worker_id: str,

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from jobq.daemon import messages
+from jobq.daemon import messages, presence
 from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.boards.finished import FinishedArea
 from jobq.daemon.boards.idle import IdleBoard
@@ -37,7 +37,7 @@ from jobq.daemon.pool import IDLE_RETIRE, PoolSize
 from jobq.daemon.processes import CancelRequest, MaintenanceProcess, Respawns, System, WorkerProcess, become_child
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_OK
-from jobq.daemon.worker.loop import WorkerLoop, worker_name
+from jobq.daemon.worker.loop import WorkerLoop
 from jobq.settings import Settings
 from jobq.store import migrate
 
@@ -154,7 +154,7 @@ class Supervisor:
         worker = WorkerLoop(self.settings, token, write_fd, self.idle_board, slot,
                         control_fd=control_read, jobs=self.job_board, finished=finished, cores=self.cores)
         pid = self.fork(worker.run, ours=(read_fd, control_write), theirs=(write_fd, control_read), die_with=os.getpid())
-        worker_id = worker_name(self.settings.hostname, pid, token)
+        worker_id = presence.worker_name(self.settings.hostname, pid, token)
         self.workers[pid] = WorkerProcess(pid, worker_id, messages.Reader(read_fd), time.monotonic(), slot,
                                           self.job_board, finished, control_fd=control_write)
         log.info("supervisor.spawned worker=%s", worker_id)

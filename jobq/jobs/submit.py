@@ -19,7 +19,6 @@ from typing import Any
 
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 
 from jobq.store.sql.counters import COUNTER_GET_PENDING
@@ -40,7 +39,7 @@ from jobq.store.sql.enqueue import (
 from jobq.jobs.copy_rows import job_rows
 from jobq.jobs.params import array_params, row_params
 from jobq.jobs.debounce import insert_debounced
-from jobq.store.connections import Connection, connection, first_line
+from jobq.store.connections import Connection, connection, first_line, own_transaction
 from jobq.observe import tracing
 from jobq.errors import DatabaseUnavailable, InvalidArgument, JobNotFound, OutcomeUnknown, Overloaded
 from jobq.job import Job
@@ -130,7 +129,8 @@ def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | 
         if max_pending is not None:
             check_admission(c, max_pending)
         if spec.debounce is None:
-            return _insert_one(c, row, params, handed=conn is None or _own_transaction(c))
+            # A hand-off locks the waiting worker's row until the commit: never in a caller's transaction.
+            return _insert_one(c, row, params, handed=conn is None or own_transaction(c))
         found = insert_debounced(c, params, spec.debounce, spec.debounce_max_wait, spec.key_scope())
         if found is None:
             raise _key_unsettled([spec.idempotency_key])
@@ -138,8 +138,8 @@ def submit(spec: JobSpec, *, conn: Connection | None = None, max_pending: int | 
 
 
 def _insert_one(conn: Connection, row: Row, params: dict[str, Any], *, handed: bool = False) -> Enqueued:
-    """One row (without a key JOB_INSERT_HANDED, or JOB_INSERT_UNKEYED in a caller's
-    transaction; else JOB_INSERT), or the job holding its key."""
+    """One row (JOB_INSERT_HANDED, or JOB_INSERT_UNKEYED if not ``handed``, without a
+    key; else JOB_INSERT), or the job holding its key."""
     if row[KEY] is None:
         inserted = conn.execute(JOB_INSERT_HANDED if handed else JOB_INSERT_UNKEYED, params).fetchone()
         assert inserted is not None
@@ -385,13 +385,6 @@ def _new_job(
         key, tags, None, None, None, None, None, 0,  # ...; progress, cancelled_by, retried_as, schedule, scheduled_for, snoozes
         scope or DEFAULT_UNIQUE_WHILE, traceparent=traceparent, concurrency_key=concurrency_key,
     )
-
-
-def _own_transaction(conn: Connection) -> bool:
-    """Whether a statement on the caller's connection is a transaction of its own
-    (autocommit, no transaction open): then a job may be handed to a waiting worker,
-    whose row the hand-off locks until the commit."""
-    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def check_admission(conn: Connection, max_pending: int) -> None:

@@ -303,6 +303,12 @@ MOVED_RETRIES = 3  # a statement that met a row moved meanwhile is sent again th
 FINISHED_DEFAULT = "jobs_finished_default"
 
 
+def own_transaction(conn: Connection) -> bool:
+    """Whether a statement sent now on ``conn`` is a transaction of its own (autocommit,
+    no transaction open): the caller holds none of its locks past it."""
+    return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def moved_meanwhile(exc: BaseException) -> bool:
     """Whether a statement failed because the partitions of jobs changed under it
     (schema 13), so that the same statement sent again goes through:

@@ -1,28 +1,27 @@
-"""A worker process: claim due jobs of its queues, run them one at a time, record
-their outcomes, and sleep on LISTEN when there is nothing to do.
+"""A worker process: claim due jobs of its queues, run them one at a time, record their
+outcomes, and sleep on LISTEN when there is nothing to do.
 
 The supervisor builds a :class:`WorkerLoop` before the fork and calls :meth:`run` in the
-child; everything that opens a file, a socket or a connection happens there. The
-loop, top to bottom::
+child; everything that opens a file, a socket or a connection happens there. The loop,
+top to bottom::
 
     a batch of short CPU-bound jobs next -> wait for a turn at the cores (turns.py)
     exchange: write the buffered outcomes and claim the next batch, one round trip
+              (or take the jobs handed to this worker by their enqueue: handed.py)
     nothing claimed -> show idle, wait (notification, poll interval, next run_at)
-    run the batch: one job at a time, outcome into the buffer, written within
-                   FLUSH_AFTER seconds (by this thread or the heartbeat) or with
-                   the next claim
+    run the batch: one job at a time, outcome into the buffer, written within FLUSH_AFTER
+                   seconds (by this thread or the heartbeat) or with the next claim
     stop asked -> give back claimed jobs, flush, leave
 
 Operators reach a worker through its control pipe (:meth:`WorkerLoop.handle_control`, on
-SIGUSR1 from the supervisor): a cancel of the running job raises
-:class:`jobq.Cancelled` in its handler; cancelled jobs and jobs of a paused queue
-still waiting in the batch are given back unstarted.
+SIGUSR1 from the supervisor): a cancel of the running job raises :class:`jobq.Cancelled`
+in its handler; cancelled jobs and jobs of a paused queue still waiting in the batch are
+given back unstarted.
 
-Every job the worker claimed is held by one object, its
-:class:`~jobq.daemon.worker.flight.InFlight` (:mod:`jobq.daemon.worker.flight`: each
-job's stage, and the boards and handler's view it writes); this loop, the heartbeat
-thread and the claim session ask it. What a run comes to and how outcomes are written
-is :mod:`jobq.daemon.worker.outcomes`.
+Every job the worker claimed is held by one object, its :class:`~jobq.daemon.worker.flight.InFlight`
+(:mod:`jobq.daemon.worker.flight`: each job's stage, and the boards and handler's view it
+writes); this loop, the heartbeat thread and the claim session ask it. What a run comes
+to and how outcomes are written is :mod:`jobq.daemon.worker.outcomes`.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ from jobq.daemon.worker.reports import Reports
 from jobq.daemon.worker.turns import Turns
 from jobq.daemon.boards.cores import CoreTokens
 from jobq.daemon.boards.finished import FinishedArea
+from jobq.daemon.worker.handed import HandedJobs
 from jobq.daemon.worker.heartbeat import Heartbeat
 from jobq.daemon.worker.lifeline import Lifeline
 from jobq.daemon.boards.idle import IdleBoard
@@ -70,12 +70,6 @@ log = logging.getLogger(__name__)
 
 IDLE_RECHECK = 0.05  # a due job we could not claim (locked by a peer): look again this soon
 UNASKED = object()  # WorkerLoop.next_in before the database was asked
-
-
-def worker_name(hostname: str, pid: int, token: str) -> str:
-    """A worker's id, in ``workers.id`` and ``jobs.worker_id``: host, pid, and a token
-    drawn at spawn so that a reused pid is a different worker."""
-    return f"{hostname}:{pid}:{token}"
 
 
 class WorkerLoop:
@@ -104,7 +98,7 @@ class WorkerLoop:
         # Every job claimed, each in its stage; it writes the boards shared with the
         # supervisor (of its own when run alone).
         self.in_flight = InFlight(jobs, slot, finished)
-        self.worker_id = ""  # known in the child: worker_name(host, pid, token)
+        self.worker_id = ""  # known in the child: presence.worker_name(host, pid, token)
         self.parent_pid = 0
         self.queues = ServedQueues(settings)
         self.gate = Gate()  # whether a limit applies to its queues: the claim under limits
@@ -119,16 +113,13 @@ class WorkerLoop:
         # its limit, and then the seconds until the next due job (None: none pending).
         self.last_claim_short = True
         self.next_in: float | None | object = UNASKED
-        # Set by wait_for_work: a wait that no notification ended; jobs may have been
-        # handed to this worker while its listener could not hear (take_handed).
-        self.unheard = False
         self.lifeline: Lifeline | None = None  # made in boot: a control signal may come first
 
     # -- lifecycle -------------------------------------------------------------------
 
     def run(self) -> int:
         """Boot, work until asked to stop, leave. Returns the process exit code."""
-        self.worker_id = self.reports.worker_id = worker_name(self.settings.hostname, os.getpid(), self.token)
+        self.worker_id = self.reports.worker_id = presence.worker_name(self.settings.hostname, os.getpid(), self.token)
         self.parent_pid = os.getppid()
         try:
             self.boot()
@@ -177,8 +168,9 @@ class WorkerLoop:
         self.session.run(lambda conn, _: announce(conn))
         registration.declare_schedules(self.session, worker_id=self.worker_id, stale_seconds=self.settings.stale_threshold)
         # Connected by the first wait for work: a worker kept busy from its start opens none.
-        self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}",
-                                 hand_to=self.worker_id if self.settings.hand_off else None)
+        hand_to = self.worker_id if self.settings.hand_off else None  # jobs handed by their enqueue: handed.py
+        self.listener = Listener(url, self.queues.listened, application_name=f"jobq listener {self.worker_id}", hand_to=hand_to)
+        self.handed = HandedJobs(self.session, self.listener, self.in_flight, lock_base=self.lock_base)
         dead_after = self.settings.dead_connection_timeout  # 0: connections not watched
         self.lifeline = lifeline = Lifeline(
             self.session, self.in_flight, worker_id=self.worker_id, dead_after=dead_after, grace=self.settings.cancel_grace
@@ -240,10 +232,7 @@ class WorkerLoop:
         records the successes noted in its finished area; the rest go back to pending)
         and remove the worker's row."""
         try:
-            if self.settings.hand_off:  # no more hand-offs; those made meanwhile go back
-                self.session.run(lambda conn, _: presence.stop_waiting(conn, self.worker_id))
-                self.unheard = True
-                self.take_handed()
+            self.handed.leave()
             self.session.give_back(self.in_flight.take_waiting())
             if write_outcomes:
                 self.outcomes.write(self.session)
@@ -297,7 +286,7 @@ class WorkerLoop:
             self.board.mark(self.slot, False)
             self.seat.forget()
         self.wakeup.drain()
-        self.unheard = self.settings.hand_off and not self.listener.heard
+        self.handed.waited()
         self.queues.woken(self.listener.woken_by)  # a queue may have appeared
         self.stop_if_orphaned()
 
@@ -355,32 +344,6 @@ class WorkerLoop:
 
     # -- talking to the database ---------------------------------------------------------
 
-    def take_handed(self) -> bool | None:
-        """Take the jobs handed to this worker (schema 28: claimed for it by their enqueue
-        while it waited): those the notifications named, by id and lease, or after a wait
-        that none ended, any claimed in its name that it does not hold. They are in
-        flight, in line, as a claim's; returns whether any is to run here, or None when
-        there were none (claim as usual)."""
-        handed = self.listener.take_handed()
-        unheard, self.unheard = self.unheard, False
-        if not handed and not unheard:
-            return None
-        held = [claim.job_id for claim in self.in_flight.held()] if unheard else None
-
-        def take(conn: psycopg.Connection, _: object) -> list[Claim]:
-            return leases.take_handed(
-                conn, handed, worker_id=self.worker_id, lock_base=self.lock_base, unheard=held
-            ).result()
-
-        with self.session.lock:
-            claimed = self.session.run(take)
-            refused = self.in_flight.hold(claimed)
-        if not claimed:
-            return None
-        if refused:
-            self.session.give_back(refused)
-        return len(refused) < len(claimed)
-
     def exchange(self) -> bool:
         """Write the buffered outcomes and claim the next batch: one round trip (a
         pipeline), one transaction. The jobs claimed are in flight, in line; returns
@@ -390,12 +353,9 @@ class WorkerLoop:
         waiting) the claim goes alone, without a pipeline: its rows and its commit come
         back in one exchange of messages instead of two. When the last claim found fewer
         jobs than it asked for, the seconds until the next due job are asked in the same
-        round trip, for the wait that probably follows (wait_for_work).
-
-        Jobs handed to this worker by their enqueue (:meth:`take_handed`) are taken
-        instead of a claim."""
-        handed = self.take_handed()
-        if handed is not None:
+        round trip, for the wait that probably follows (wait_for_work). Jobs handed to this
+        worker by their enqueue (:mod:`jobq.daemon.worker.handed`) are taken instead."""
+        if (handed := self.handed.take()) is not None:
             return handed
         self.queues.refresh(self.session)
         limit = min(self.pace.size, self.session.lock_budget)
