@@ -170,6 +170,28 @@ def test_an_idle_worker_of_the_daemon_is_handed_a_job_and_runs_it(conn, daemon):
 
 
 @pytest.mark.daemon
+def test_a_wake_up_heard_beside_a_hand_off_is_not_left_waiting_for_the_handed_job(conn, database_url, daemon):
+    """A job handed over and a pending job committed together: the worker handed the first
+    also claims the second when the wake-up is its to take, so that the pending job never
+    waits for the handed one's run (it goes back to the queue once that run is long, as
+    any job in line does)."""
+    daemon(2, JOBQ_POLL_INTERVAL="10")
+    wait_until_waiting(conn, 2)
+    # The worker started first (the lowest slot: the one a wake-up for one job goes to)
+    # is the one waiting longest: handed the job, and the one the wake-up is for.
+    conn.execute("UPDATE workers SET waiting_since = now() - interval '1 hour' "
+                 "WHERE id = (SELECT id FROM workers ORDER BY started_at, pid LIMIT 1)")
+    with psycopg.connect(database_url) as both:
+        handed = both.execute(JOB_INSERT_HANDED, row_params(parse_spec(
+            {"type": "timed_sleep", "payload": {"seconds": 3}}).row())).fetchone()
+        assert handed[4] is not None
+        pending = jobq.enqueue("noop", conn=both)
+        both.commit()
+    wait_for(lambda: jobq.get(pending.id, conn=conn).status == "done", 2, "the pending job done while the other sleeps")
+    assert jobq.get(handed[0], conn=conn).status in ("claimed", "running")
+
+
+@pytest.mark.daemon
 def test_a_worker_finds_a_job_handed_while_it_could_not_hear_after_its_next_poll(conn, daemon):
     daemon(1, JOBQ_POLL_INTERVAL="1")
     (worker,) = wait_until_waiting(conn, 1)

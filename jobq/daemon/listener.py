@@ -205,19 +205,17 @@ class Listener:
         assert self.conn is not None
         pgconn = self.conn.pgconn
         pgconn.consume_input()
-        taken = False
+        handed = woken = False
         while (note := pgconn.notifies()) is not None:
             if note.relname == self._hand_channel:
-                taken = self._handed_to_us(note.extra.decode(self._encoding)) or taken
-                continue
-            if taken:
-                continue
-            queue, jobs = idle.parse(note.extra.decode(self._encoding))
-            taken = (self.queues is None or queue in self.queues) and waking.wakes(jobs)
-            if taken:
-                self.woken_by = queue
-        self.heard = self.heard or taken
-        return taken
+                handed = self._handed_to_us(note.extra.decode(self._encoding)) or handed
+            elif not woken:  # a wake-up is weighed on the board even beside a hand-off
+                queue, jobs = idle.parse(note.extra.decode(self._encoding))
+                woken = (self.queues is None or queue in self.queues) and waking.wakes(jobs)
+                if woken:
+                    self.woken_by = queue
+        self.heard = self.heard or handed or woken
+        return handed or woken
 
     def _handed_to_us(self, payload: str) -> bool:
         """A hand-off, ``'<job id> <lease> <worker id>'``: kept if the worker is us."""

@@ -355,8 +355,8 @@ class WorkerLoop:
         jobs than it asked for, the seconds until the next due job are asked in the same
         round trip, for the wait that probably follows (wait_for_work). Jobs handed to this
         worker by their enqueue (:mod:`jobq.daemon.worker.handed`) are taken instead."""
-        if (handed := self.handed.take()) is not None:
-            return handed
+        if (handed := self.handed.take()) is not None and self.listener.woken_by is None:
+            return handed  # handed alone: no claim (with a wake-up of ours too, both)
         self.queues.refresh(self.session)
         limit = min(self.pace.size, self.session.lock_budget)
         if self.settings.max_jobs_per_child:
@@ -397,4 +397,4 @@ class WorkerLoop:
             # Another session holds the job's lock: never run it here.
             self.session.give_back(refused)
             self.next_in = UNASKED  # asked before these went back to pending
-        return len(refused) < len(claimed)
+        return len(refused) < len(claimed) or bool(handed)

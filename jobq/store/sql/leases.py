@@ -73,8 +73,8 @@ CLAIM_SESSION_PLANNER = "SET enable_bitmapscan = off"
 # JOB_TAKE_HANDED: the jobs handed to this worker (JOB_INSERT_HANDED) by id and lease, as
 # the notifications named them (primary key), still claimed in its name under those
 # leases, with their advisory locks taken (in the select list: only on rows returned).
-# A lease is drawn once from a sequence, so ids and leases need not be paired: 0.15 ms a
-# round trip, against 0.24 for a join with the pairs.
+# A lease is drawn once from a sequence, so ids and leases need not be paired: 0.19 ms a
+# round trip on an idle server, against 0.24 for a join with the pairs.
 JOB_TAKE_HANDED = (
     "SELECT " + JOB_COLUMNS + ", pg_try_advisory_lock(%(lock_base)s | id) FROM jobs "
     "WHERE id = ANY(%(ids)b::bigint[]) AND " + LIVE + " AND lease = ANY(%(leases)b::bigint[]) "
