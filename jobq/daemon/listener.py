@@ -89,7 +89,6 @@ class Listener:
         self.hand_to = hand_to
         self._hand_channel = b""  # jobq_hand_channel() as notifications name it
         self._handed: list[tuple[int, int]] = []  # (job id, lease) handed to hand_to, not taken yet
-        self.heard = False  # whether a notification of ours ended the last wait
         self.conn: psycopg.Connection | None = None
         self._next_attempt = 0.0
         self._encoding = "utf-8"
@@ -129,7 +128,6 @@ class Listener:
         caller looks)."""
         deadline = time.monotonic() + timeout
         self.woken_by = None
-        self.heard = False
         if self.conn is not None:
             try:
                 self._listen(deadline, wake_fds, waking)
@@ -162,6 +160,12 @@ class Listener:
             ready, _, _ = select.select(fds, [], [], max(0.0, until - now))
             if any(fd != sock for fd in ready):
                 return  # a wake-up fd
+
+    @property
+    def heard(self) -> bool:
+        """Whether a notification of ours ended the last wait: a hand-off not taken yet, or
+        a wake-up."""
+        return bool(self._handed) or self.woken_by is not None
 
     def take_handed(self) -> list[tuple[int, int]]:
         """The jobs handed to this worker that the notifications named so far, as (job id,
@@ -214,7 +218,6 @@ class Listener:
                 woken = (self.queues is None or queue in self.queues) and waking.wakes(jobs)
                 if woken:
                     self.woken_by = queue
-        self.heard = self.heard or handed or woken
         return handed or woken
 
     def _handed_to_us(self, payload: str) -> bool:
