@@ -21,7 +21,7 @@ from psycopg import sql
 
 import jobq
 from common import emit, environment, fresh_database, parse, reset
-from jobq.store.sql.ledger import JOB_LIST_COUNT_UP_TO, JOB_LIST_FEW, JOB_LIST_ORDER, JOB_LIST_SELECT
+from jobq.store.sql.ledger import JOB_LIST_COUNT_UP_TO, JOB_LIST_FEW, JOB_LIST_PAGE
 from jobq.jobs.filters import JobFilter
 from jobq.jobs.ledger import COUNT_LIMIT
 
@@ -55,11 +55,12 @@ def plans(conn: psycopg.Connection, tag: str) -> dict[str, str]:
     """The plans of the statements a listing by ``tag`` may send (which one it sends
     depends on how many rows its capped count finds)."""
     job_filter = JobFilter(tag=tag)
-    where, params = job_filter.where(), {**job_filter.params(), "limit": 50, "offset": 0, "cap": COUNT_LIMIT + 1}
+    conditions = job_filter.conditions()
+    params = {**job_filter.params(), "limit": 50, "offset": 0, "first": 50, "cap": COUNT_LIMIT + 1}
     statements = {
-        "count": sql.SQL(JOB_LIST_COUNT_UP_TO).format(where=where),
-        "page_many": sql.SQL(JOB_LIST_SELECT) + where + sql.SQL(JOB_LIST_ORDER),
-        "page_few": sql.SQL(JOB_LIST_FEW).format(where=where),
+        "count": sql.SQL(JOB_LIST_COUNT_UP_TO).format(conditions=conditions),
+        "page_many": sql.SQL(JOB_LIST_PAGE).format(conditions=conditions),
+        "page_few": sql.SQL(JOB_LIST_FEW).format(conditions=conditions),
     }
     return {
         name: " / ".join(row[0].strip() for row in conn.execute(sql.SQL("EXPLAIN ") + statement, params))

@@ -12,7 +12,7 @@ import pytest
 
 import jobq
 from support.api import assert_error
-from jobq.store.sql.ledger import JOB_LIST_AFTER, JOB_LIST_FILTERS, JOB_LIST_ORDER, JOB_LIST_SELECT
+from jobq.store.sql.ledger import JOB_LIST_AFTER, JOB_LIST_FILTERS, JOB_LIST_PAGE
 from jobq.jobs import cursors
 from jobq.errors import InvalidArgument
 from support.rows import insert_jobs, per_row
@@ -140,10 +140,13 @@ def _scan_rows(plan: dict) -> list[tuple[str, str, int, str]]:
 
 def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
     """One index range per partition read: of the finished jobs' (jobs_created_idx, or
-    the filter's, as each partition has it) and, but for dead jobs, of the live jobs'
-    (jobs_live_created_idx or jobs_live_type_created_idx, which leave id out: see
-    migration 0013), merged in order."""
-    insert_jobs(conn, 200_000, per_row("CASE WHEN i % 10 = 0 THEN 'dead' WHEN i % 10 = 5 THEN 'pending' ELSE 'done' END"),
+    the filter's, as each partition has it) and, but for dead jobs, of the pending jobs'
+    (jobs_pending_created_idx or jobs_pending_type_created_idx, which leave id out: see
+    migration 0013), merged in order; the in-flight jobs (not in those indexes: a claim
+    writes no entry there, schema 29) through the heartbeat index, no more of them."""
+    in_flight = "WHEN i % 1000 = 3 THEN 'claimed' WHEN i % 1000 = 7 THEN 'running'"
+    insert_jobs(conn, 200_000, per_row(f"CASE {in_flight} WHEN i % 10 = 0 THEN 'dead' WHEN i % 10 = 5 THEN 'pending' "
+                                       "ELSE 'done' END"),
                 type=per_row("CASE WHEN i % 2 = 0 THEN 'x' ELSE 'y' END"),
                 created_at=per_row("now() - (i / 3) * interval '1 ms'"))  # completed_at now() once finished
     conn.execute("ANALYZE jobs")
@@ -152,36 +155,45 @@ def test_a_page_by_cursor_deep_in_200000_jobs_reads_about_a_page_of_rows(conn):
         "JOIN pg_class AS p ON p.oid = i.inhparent WHERE c.relkind = 'i'"
     ).fetchall())
     limit = 50
-    for criteria, index, live_index in (({}, "jobs_created_idx", "jobs_live_created_idx"),
-                                        ({"type": "y"}, "jobs_type_created_idx", "jobs_live_type_created_idx"),
-                                        ({"status": "dead"}, "jobs_dead_created_idx", None)):
+    for criteria, index, live_index, flying in (
+        ({}, "jobs_created_idx", "jobs_pending_created_idx", 400),
+        ({"type": "y"}, "jobs_type_created_idx", "jobs_pending_type_created_idx", 400),
+        ({"status": "dead"}, "jobs_dead_created_idx", None, 0),
+    ):
         deep = jobq.list_jobs(limit=limit, offset=18_000, **criteria)  # the depth of 90 % of 20,000 dead ones
         cursor = cursors.decode(deep.next_cursor)
         page = jobq.list_jobs(limit=limit, cursor=deep.next_cursor, **criteria)
         assert [j.id for j in page.items] == [j.id for j in jobq.list_jobs(limit=limit, offset=18_050, **criteria).items]
-        where = " AND ".join([JOB_LIST_FILTERS[name] for name in criteria] + [JOB_LIST_AFTER])
-        statement = "EXPLAIN (ANALYZE, FORMAT JSON) " + JOB_LIST_SELECT + " WHERE " + where + JOB_LIST_ORDER
-        params = {**criteria, "after_created_at": cursor[0], "after_id": cursor[1], "limit": limit + 1, "offset": 0}
+        where = " AND ".join(["TRUE"] + [JOB_LIST_FILTERS[name] for name in criteria] + [JOB_LIST_AFTER])
+        statement = "EXPLAIN (ANALYZE, FORMAT JSON) " + JOB_LIST_PAGE.format(conditions=where)
+        params = {**criteria, "after_created_at": cursor[0], "after_id": cursor[1], "limit": limit + 1, "offset": 0,
+                  "first": limit + 1}
         plan = conn.execute(statement, params).fetchone()[0][0]["Plan"]
         scans = _scan_rows(plan)
         # One scan per partition of finished jobs (the default one, where these rows are,
-        # and any range partition a leader made in this database), one of jobs_live and
-        # one of jobs_waiting (a workflow's steps, schema 15: empty here).
-        unfinished = ("jobs_live", "jobs_waiting")
-        finished = [scan for scan in scans if not scan[1].startswith(unfinished)]
+        # and any range partition a leader made in this database), one of jobs_live's
+        # pending rows and one of jobs_waiting (a workflow's steps, schema 15: empty here),
+        # and one of the jobs in flight.
+        unfinished = ("jobs_pending", "jobs_waiting")
+        finished = [scan for scan in scans if scan[1] != "jobs_inflight_heartbeat_idx" and not scan[1].startswith(unfinished)]
         live = [scan for scan in scans if scan[1].startswith(unfinished)]
+        flight = [scan for scan in scans if scan[1] == "jobs_inflight_heartbeat_idx"]
         assert finished and len(live) == (2 if live_index is not None else 0), scans
         for node, used, read, condition in finished:
             assert node == "Index Scan" and parent_of.get(used) in (index, "jobs_created_idx"), scans
             assert "ROW(created_at, id) < ROW(" in condition, condition  # the keyset is the index condition
         assert sum(scan[2] for scan in finished) <= 3 * (limit + 1), scans  # about a page, not the 18,000 before it
         for node, used, read, condition in live:
-            assert node == "Index Scan" and used.replace("waiting", "live") in (live_index, "jobs_live_created_idx"), scans
+            assert node == "Index Scan" and used.replace("jobs_waiting", "jobs_pending") in (
+                live_index, "jobs_pending_created_idx"), scans
             assert "created_at <=" in condition, scans
             assert read <= 3 * (limit + 1), scans
+        # The in-flight rows: read through their own index, none beyond them.
+        assert [(node, read) for node, _, read, _ in flight] == ([("Index Scan", 400)] if flying else []), scans
+        assert sum(job.status in ("claimed", "running") for job in page.items) <= flying
         # ...where the same page by offset reads every row before it
+        offset_where = " AND ".join(["TRUE"] + [JOB_LIST_FILTERS[n] for n in criteria])
         by_offset = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + JOB_LIST_SELECT
-            + (" WHERE " + " AND ".join(JOB_LIST_FILTERS[n] for n in criteria) if criteria else "")
-            + JOB_LIST_ORDER, {**criteria, "limit": limit, "offset": 18_050}).fetchone()[0][0]["Plan"]
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + JOB_LIST_PAGE.format(conditions=offset_where),
+            {**criteria, "limit": limit, "offset": 18_050, "first": limit + 18_050}).fetchone()[0][0]["Plan"]
         assert sum(scan[2] for scan in _scan_rows(by_offset)) >= 18_050  # over the partitions

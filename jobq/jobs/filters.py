@@ -73,10 +73,6 @@ class JobFilter(BaseModel):
         clauses = [sql.SQL(JOB_LIST_FILTERS[name]) for name in self.given()]
         return sql.SQL(" AND ").join(clauses) if clauses else sql.SQL("TRUE")
 
-    def where(self) -> sql.Composable:
-        """`` WHERE <conditions>``, or nothing for an empty filter."""
-        return sql.SQL(" WHERE ") + self.conditions() if self.given() else sql.SQL("")
-
     def params(self) -> dict[str, Any]:
         """The placeholders' values of :meth:`conditions`."""
         values = self.given()

@@ -19,8 +19,7 @@ from jobq.store.sql.ledger import (
     JOB_LIST_COUNT,
     JOB_LIST_COUNT_UP_TO,
     JOB_LIST_FEW,
-    JOB_LIST_ORDER,
-    JOB_LIST_SELECT,
+    JOB_LIST_PAGE,
 )
 from jobq.jobs import cursors
 from jobq.store.connections import Connection, connection
@@ -113,7 +112,7 @@ def list_jobs(
     )
     check_page(limit, offset)
     after = _start_after(cursor, before, offset)
-    where, params = job_filter.where(), job_filter.params()
+    conditions, params = job_filter.conditions(), job_filter.params()
     exact, few = True, False
     with connection(conn) as c:
         if after is None and before is not None:
@@ -125,11 +124,11 @@ def list_jobs(
             total = _total_from_counters(c, status=status, queue=queue)
             wanted = max(0, min(limit, total - offset))
         elif set(job_filter.given()) <= SEED_CRITERIA and not capped:
-            total = c.execute(sql.SQL(JOB_LIST_COUNT) + where, params).fetchone()[0]  # type: ignore[index]
+            total = c.execute(sql.SQL(JOB_LIST_COUNT).format(conditions=conditions), params).fetchone()[0]  # type: ignore[index]
             wanted = limit
         else:
             cap = min(offset + COUNT_LIMIT, MAX_ID - 1)  # cap + 1 must be a bigint
-            counted = sql.SQL(JOB_LIST_COUNT_UP_TO).format(where=where)
+            counted = sql.SQL(JOB_LIST_COUNT_UP_TO).format(conditions=conditions)
             total = c.execute(counted, {**params, "cap": cap + 1}).fetchone()[0]  # type: ignore[index]
             exact, total = total <= cap, min(total, cap)
             wanted = max(0, min(limit, total - offset)) if exact else limit
@@ -137,17 +136,14 @@ def list_jobs(
         if after is not None:
             # One row more than the page shows tells whether another page follows.
             wanted = limit + 1 if total else 0
-            conditions = [job_filter.conditions()] if job_filter.given() else []
-            where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join([*conditions, sql.SQL(JOB_LIST_AFTER)])
+            conditions = sql.SQL(" AND ").join([conditions, sql.SQL(JOB_LIST_AFTER)])
             params = {**params, "after_created_at": after[0], "after_id": after[1]}
-        query = (
-            sql.SQL(JOB_LIST_FEW).format(where=where) if few
-            else sql.SQL(JOB_LIST_SELECT) + where + sql.SQL(JOB_LIST_ORDER)
-        )
+        query = sql.SQL(JOB_LIST_FEW if few else JOB_LIST_PAGE).format(conditions=conditions)
         items: list[Job] = []
         if wanted:
             with c.cursor(row_factory=class_row(Job)) as cur:
-                items = cur.execute(query, {**params, "limit": wanted, "offset": offset}).fetchall()
+                page = {"limit": wanted, "offset": offset, "first": min(wanted + offset, MAX_ID)}
+                items = cur.execute(query, {**params, **page}).fetchall()
     if after is not None:
         more, items = len(items) > limit, items[:limit]
     else:

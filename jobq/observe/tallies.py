@@ -50,7 +50,7 @@ def by_status(job_filter: JobFilter | dict[str, Any], *, cap: int = COUNT_LIMIT,
         if set(rest.given()) <= COUNTER_CRITERIA:
             counts = _from_counters(c, rest.queue, rest.type)
             return Tally(counts, sum(counts.values()), True, cap)
-        query = sql.SQL(JOB_COUNT_BY_STATUS_UP_TO).format(where=rest.where())
+        query = sql.SQL(JOB_COUNT_BY_STATUS_UP_TO).format(conditions=rest.conditions())
         rows = c.execute(query, {**rest.params(), "cap": cap + 1}).fetchall()
     counted = {status: 0 for status in STATUSES}
     for status, n in rows:

@@ -18,19 +18,42 @@ from jobq.store.sql.fragments import JOB_COLUMNS
 # JOB_GET: one row by primary key, no lock.
 JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
 
-# JOB_LIST: the SELECT (or the count) and FROM of a listing, no lock; jobq.jobs.ledger adds
-# the filters given (JOB_LIST_FILTERS, with psycopg.sql) and orders newest first
-# (jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx).
-JOB_LIST_SELECT = "SELECT " + JOB_COLUMNS + " FROM jobs"
-JOB_LIST_COUNT = "SELECT count(*) FROM jobs"
-# JOB_LIST_COUNT_UP_TO: a listing's total counted no further than %(cap)s rows (the
-# filter in {where}): a common tag's half a million rows are not all counted for a page.
-JOB_LIST_COUNT_UP_TO = "SELECT count(*) FROM (SELECT FROM jobs{where} LIMIT %(cap)s) AS capped"
+# A listing reads the rows meeting a filter ({conditions}: JOB_LIST_FILTERS joined with AND,
+# or TRUE) in two parts (schema 29): the rows outside flight, which the listing indexes
+# hold (jobs_pending_created_idx and jobs_pending_type_created_idx on jobs_live, the
+# finished partitions' jobs_created_idx, jobs_type_created_idx and jobs_dead_created_idx,
+# jobs_waiting's own), and the rows in flight (claimed or running: at most what the
+# workers hold), which only jobs_inflight_heartbeat_idx holds, so that a claim writes no
+# entry in the listing indexes. Each part's WHERE spells its status as those indexes'
+# predicates do: the planner uses a partial index only where the WHERE implies it.
+_PARTS = ("status NOT IN ('claimed', 'running')", "status IN ('claimed', 'running')")
+_MATCHING = "FROM jobs WHERE {conditions} AND <part>"
+
+
+def _in_parts(select: str, joined_by: str = " UNION ALL ") -> str:
+    """``select`` (its ``<part>`` in _MATCHING) for each part, each in parentheses."""
+    return joined_by.join("(" + select.replace("<part>", part) + ")" for part in _PARTS)
+
+
+# JOB_LIST_COUNT: how many rows match, no lock.
+JOB_LIST_COUNT = "SELECT " + _in_parts("SELECT count(*) " + _MATCHING, " + ")
+# JOB_LIST_COUNT_UP_TO: a listing's total counted no further than %(cap)s rows a part: a
+# common tag's half a million rows are not all counted for a page (more than %(cap)s in
+# all: more than the caller counts exactly).
+JOB_LIST_COUNT_UP_TO = "SELECT count(*) FROM (" + _in_parts("SELECT " + _MATCHING + " LIMIT %(cap)s") + ") AS capped"
 JOB_LIST_ORDER = " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s"
+# JOB_LIST_PAGE: a page newest first, no lock. Each part stops after %(first)s rows (the
+# page's limit + offset): the rows outside flight along the listing indexes, merged in
+# order, the in-flight ones sorted; then the two merged.
+JOB_LIST_PAGE = (
+    "SELECT * FROM ("
+    + _in_parts("SELECT " + JOB_COLUMNS + " " + _MATCHING + " ORDER BY created_at DESC, id DESC LIMIT %(first)s")
+    + ") AS page" + JOB_LIST_ORDER
+)
 # JOB_LIST_AFTER: the keyset predicate of a page after a cursor (jobq.jobs.cursors): rows older
 # than the last one shown, in the listing's order. A row comparison on the trailing
-# (created_at, id) of jobs_created_idx, jobs_type_created_idx or jobs_dead_created_idx:
-# an index condition, so a page deep in a million rows reads about a page of rows.
+# (created_at, id) of the listing indexes: an index condition, so a page deep in a
+# million rows reads about a page of rows.
 JOB_LIST_AFTER = "(created_at, id) < (%(after_created_at)s, %(after_id)s)"
 # JOB_GET_CREATED_AT: where a listing starting after one job (?before=<id>) starts (jobs_pkey).
 JOB_GET_CREATED_AT = "SELECT created_at FROM jobs WHERE id = %(id)s"
@@ -40,14 +63,15 @@ JOB_GET_CREATED_AT = "SELECT created_at FROM jobs WHERE id = %(id)s"
 # may walk jobs_created_idx newest first, expecting the page soon, and read the whole
 # index for a rare tag whose frequency its statistics overestimate.
 JOB_LIST_FEW = (
-    "WITH matching AS MATERIALIZED (SELECT " + JOB_COLUMNS + " FROM jobs{where}) "
+    "WITH matching AS MATERIALIZED (" + _in_parts("SELECT " + JOB_COLUMNS + " " + _MATCHING) + ") "
     "SELECT " + JOB_COLUMNS + " FROM matching" + JOB_LIST_ORDER
 )
 
 # JOB_LIST_FILTERS: the WHERE clauses of a filter (jobq.jobs.filters) by field name, for
-# listings, dry runs and bulk operations; jobq.jobs.filters joins those given with AND. type
-# walks jobs_type_created_idx, status 'dead' jobs_dead_created_idx; another status and
-# queue filter the walk of jobs_created_idx (no full index on either, see 0001_jobs.sql);
+# listings, dry runs and bulk operations; jobq.jobs.filters joins those given with AND. In
+# a listing (JOB_LIST_PAGE) type walks the type's listing indexes, status 'dead'
+# jobs_dead_created_idx; another status and queue filter the walk of the others (no full
+# index on either, see 0001_jobs.sql);
 # created_after and created_before bound whichever walk it is. tag can use
 # jobs_tags_idx (GIN, partial: @> implies tags IS NOT NULL); ids jobs_pkey. error is
 # an ILIKE pattern that jobq.jobs.filters makes from the substring, its wildcards escaped.
@@ -64,11 +88,12 @@ JOB_LIST_FILTERS = {
     "error": "error ILIKE %(error)s",
 }
 
-# JOB_COUNT_BY_STATUS_UP_TO: how many of the first %(cap)s jobs matching a filter ({where})
-# are in each status: exact when fewer match, else only a lower bound of the total (the
-# filter's own index bounds the walk, as JOB_LIST_COUNT_UP_TO's).
+# JOB_COUNT_BY_STATUS_UP_TO: how many of the first %(cap)s jobs of each part matching a
+# filter ({conditions}) are in each status: exact when fewer match, else only a lower
+# bound of the total (the filter's own index bounds the walk, as JOB_LIST_COUNT_UP_TO's).
 JOB_COUNT_BY_STATUS_UP_TO = (
-    "SELECT status, count(*) FROM (SELECT status FROM jobs{where} LIMIT %(cap)s) AS capped GROUP BY status"
+    "SELECT status, count(*) FROM (" + _in_parts("SELECT status " + _MATCHING + " LIMIT %(cap)s")
+    + ") AS capped GROUP BY status"
 )
 
 # JOB_LIST_RECENT_FAILURES: jobs whose last run failed, latest first (jobs_failed_idx).
