@@ -5,11 +5,12 @@
 -- column of several indexes' predicates, so PostgreSQL writes the claimed row as a new
 -- version with an entry in every index whose predicate it meets: four for a plain job
 -- (the primary key, the heartbeat index and these two), and four more when it starts,
--- at each heartbeat and for its outcome's move to jobs_finished. One session claiming 500
--- and completing the last batch in one transaction spent 34 µs of server CPU a job with
--- these two indexes partial and 38 with them whole (medians of six rounds taking turns;
--- the two indexes' inserts were about a quarter of the index work in a perf profile of
--- the drain, the rest the primary key's, the heartbeat index's and jobs_finished's).
+-- at each heartbeat (the outcome's move to jobs_finished writes that partition's four).
+-- One session claiming 500 and completing the last batch in one transaction, 20,000 noop
+-- jobs, six rounds each way taking turns: 41 µs of server CPU a job with these two
+-- indexes partial against 44 whole (and 34 against 38 with them dropped, in a faster
+-- half hour); the peer harness's drain, nine pairs taking turns, 9 % faster at W = 2 and
+-- 7 % at W = 8 (medians; benchmark/README.md, "Schema 29").
 --
 -- Now they hold the pending rows only. The listing (jobq.store.sql.ledger.JOB_LIST_PAGE)
 -- reads newest first in two parts: every row but the in-flight ones along these
