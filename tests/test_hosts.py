@@ -158,7 +158,11 @@ def test_one_maintenance_leader_at_a_time_and_the_lead_moves_when_its_host_dies(
     assert before and all(names == first for names in before)  # one leader, the same one, all along
     moved_at = min(ended for _, ended, names in seen if names and host_of(names[0]) != leader_host)
     print(f"the lead moved at most {moved_at - killed_at:.2f} s after its host died")
-    assert moved_at - killed_at <= REAPER_INTERVAL + 1.0
+    # The dead leader's session ends with its process and its lock with it; a survivor's
+    # next tick takes the lock. A generous deadline: on a loaded machine a tick can come
+    # a second or two late (2.46 s once in CI), and nothing but the lock's release
+    # could move the lead this soon (leadership is the lock; there is no lease to expire).
+    assert moved_at - killed_at <= REAPER_INTERVAL + 3.0
     after = [names for began, _, names in seen if began >= moved_at]
     assert all(len(names) == 1 and host_of(names[0]) != leader_host for names in after)
     assert len({names[0] for names in after}) == 1
