@@ -126,6 +126,31 @@ def test_get_jobs_pages_by_cursor_and_names_what_is_wrong(client, conn):
         assert field in str(detail), (query, detail)
 
 
+@pytest.mark.parametrize("criteria", [{}, {"type": "y"}, {"status": "running"}, {"queue": "a"}, {"error": "boom"}],
+                         ids=lambda c: ",".join(c) or "none")
+def test_jobs_in_flight_are_listed_and_counted_in_their_place_among_the_others(conn, criteria):
+    """The listing reads the jobs in flight apart from the others (schema 29: the listing
+    indexes leave them out); every page, by offset or cursor, and every total are those
+    of one plain query over all jobs, newest first."""
+    statuses = "(ARRAY['pending', 'claimed', 'running', 'done', 'dead', 'cancelled'])[1 + i % 6]"
+    insert_jobs(conn, 300, per_row(statuses), type=per_row("CASE WHEN i % 4 = 0 THEN 'y' ELSE 'x' END"),
+                queue=per_row("CASE WHEN i % 5 < 2 THEN 'a' ELSE 'b' END"),
+                error=per_row("CASE WHEN i % 7 = 0 THEN 'boom' END"),
+                created_at=per_row("now() - (i / 4) * interval '1 s'"))  # ties of four, broken by id
+    where = " AND ".join(["TRUE"] + [JOB_LIST_FILTERS[name] for name in criteria])
+    params = {**criteria, "error": "%boom%"} if "error" in criteria else criteria
+    expected = [row[0] for row in conn.execute(
+        "SELECT id FROM jobs WHERE " + where + " ORDER BY created_at DESC, id DESC", params)]
+    assert any(status in ("claimed", "running") for (status,) in conn.execute(
+        "SELECT status FROM jobs WHERE id = ANY(%s)", [expected]))
+    for limit, offset in ((7, 0), (7, 14), (50, 30), (500, 0)):
+        page = jobq.list_jobs(limit=limit, offset=offset, **criteria)
+        assert [job.id for job in page.items] == expected[offset:offset + limit]
+        assert page.total == len(expected)
+    assert walk(9, **criteria) == expected
+    assert jobq.list_jobs(limit=10, capped=True, **criteria).total == len(expected)
+
+
 def _scan_rows(plan: dict) -> list[tuple[str, str, int, str]]:
     """(node type, index, rows read, index condition) of every scan of a JSON plan; rows
     read are those it returned and those its filter dropped."""
