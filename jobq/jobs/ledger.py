@@ -124,7 +124,8 @@ def list_jobs(
             total = _total_from_counters(c, status=status, queue=queue)
             wanted = max(0, min(limit, total - offset))
         elif set(job_filter.given()) <= SEED_CRITERIA and not capped:
-            total = c.execute(sql.SQL(JOB_LIST_COUNT).format(conditions=conditions), params).fetchone()[0]  # type: ignore[index]
+            counted = sql.SQL(JOB_LIST_COUNT).format(conditions=conditions)
+            total = c.execute(counted, params).fetchone()[0]  # type: ignore[index]
             wanted = limit
         else:
             cap = min(offset + COUNT_LIMIT, MAX_ID - 1)  # cap + 1 must be a bigint

@@ -122,7 +122,8 @@ def count(job_filter: JobFilter | dict[str, Any], *, conn: Connection | None = N
     """How many jobs match ``job_filter`` now: a dry run, changing nothing."""
     job_filter = parse_filter(job_filter, prefix="filter.")
     with connection(conn) as c:
-        row = c.execute(sql.SQL(JOB_LIST_COUNT).format(conditions=job_filter.conditions()), job_filter.params()).fetchone()
+        counted = sql.SQL(JOB_LIST_COUNT).format(conditions=job_filter.conditions())
+        row = c.execute(counted, job_filter.params()).fetchone()
     assert row is not None
     return int(row[0])
 
