@@ -1,11 +1,14 @@
 import random
+from collections.abc import Callable
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 import jobq
 from jobq.jobs import leases
 from jobq.errors import InvalidArgument, JobNotDeletable, JobNotFound
+from jobq.store.sql.counters import COUNTER_LIST
 from support.claims import claim, complete, drain, fail, settle
 
 pytestmark = pytest.mark.db
@@ -91,6 +94,35 @@ def test_list_is_newest_first_with_id_tiebreak_and_paginates(conn):
     assert [job.id for page in pages for job in page.items] == expected
     assert {page.total for page in pages} == {6}
     assert (pages[1].limit, pages[1].offset) == (2, 2)
+
+
+class EnqueuesAfterTheTotal(psycopg.Connection):
+    """A connection on which another client enqueues a job right after the listing has
+    read its total from the counters (once)."""
+
+    other_client: Callable[[], None] | None = None
+
+    def execute(self, query, params=None, **kwargs):  # type: ignore[override]
+        answer = super().execute(query, params, **kwargs)
+        if query == COUNTER_LIST and self.other_client is not None:
+            self.other_client, enqueue = None, self.other_client
+            enqueue()
+        return answer
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_a_page_and_its_total_are_read_in_one_snapshot(conn, database_url, autocommit):
+    """A job enqueued between the listing's total and its page is in neither: the page
+    does not drop an older job to make room for it (which the dashboard saw once as a
+    selected row gone)."""
+    older = [jobq.enqueue("noop", conn=conn) for _ in range(3)]
+    with EnqueuesAfterTheTotal.connect(database_url, autocommit=autocommit) as listing:
+        listing.other_client = lambda: jobq.enqueue("noop", conn=conn)
+        page = jobq.list_jobs(limit=10, conn=listing)
+        assert listing.other_client is None  # it did enqueue, after the total
+    assert [job.id for job in page.items] == [job.id for job in reversed(older)]
+    assert page.total == 3
+    assert jobq.list_jobs(limit=10, conn=conn).total == 4
 
 
 @pytest.mark.parametrize(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 
 from jobq.store.sql.counters import COUNTER_LIST
@@ -20,6 +22,7 @@ from jobq.store.sql.ledger import (
     JOB_LIST_COUNT_UP_TO,
     JOB_LIST_FEW,
     JOB_LIST_PAGE,
+    LISTING_SNAPSHOT,
 )
 from jobq.jobs import cursors
 from jobq.store.connections import Connection, connection
@@ -101,7 +104,9 @@ def list_jobs(
     id) after that job, and the page is read along the listing's index from there, as
     cheap a million rows deep as on top. The page's ``next_cursor`` is None on the last
     page. Rows added meanwhile are newer, so a walk by cursor sees each row that still
-    matches once; its total is the whole filter's, as on the first page.
+    matches once; its total is the whole filter's, as on the first page. A page and its
+    total are read in one snapshot (the caller's transaction, if one is open): a job
+    added meanwhile is in neither.
 
     Raises :class:`InvalidArgument` naming a bad filter, limit (1-500), offset (>= 0,
     and 0 with a cursor), cursor, or ``before`` (an absent job; with a cursor).
@@ -114,7 +119,7 @@ def list_jobs(
     after = _start_after(cursor, before, offset)
     conditions, params = job_filter.conditions(), job_filter.params()
     exact, few = True, False
-    with connection(conn) as c:
+    with connection(conn) as c, _one_snapshot(c):
         if after is None and before is not None:
             after = (_created_at_of(c, before), before)
         if set(job_filter.given()) <= {"status", "queue"}:
@@ -151,6 +156,18 @@ def list_jobs(
         more = offset + len(items) < total if exact else len(items) == limit
     next_cursor = cursors.encode(items[-1].created_at, items[-1].id) if more and items else None
     return Page(items, int(total), limit, offset, exact, next_cursor)
+
+
+@contextmanager
+def _one_snapshot(conn: Connection) -> Iterator[None]:
+    """The block's statements in one read-only snapshot (LISTING_SNAPSHOT): a
+    transaction of their own when ``conn`` has none open, else the caller's as it is."""
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        yield
+        return
+    with conn.transaction():
+        conn.execute(LISTING_SNAPSHOT)
+        yield
 
 
 def _start_after(cursor: str | None, before: int | None, offset: int) -> tuple[datetime, int] | None:

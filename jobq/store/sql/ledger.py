@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from jobq.store.sql.fragments import JOB_COLUMNS
 
+# LISTING_SNAPSHOT: a listing's statements (its total, from the counters or counted, and
+# its page) read one snapshot, so that the page a total bounds is that total's: a job
+# added between the two is in neither (first in a transaction of its own).
+LISTING_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
 # JOB_GET: one row by primary key, no lock.
 JOB_GET = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = %(id)s"
 
