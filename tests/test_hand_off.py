@@ -208,6 +208,13 @@ def test_a_worker_finds_a_job_handed_while_it_could_not_hear_after_its_next_poll
 @pytest.mark.daemon
 def test_a_worker_leaving_gives_back_a_job_handed_to_it_that_it_had_not_taken(conn, daemon):
     d = daemon(1, JOBQ_POLL_INTERVAL="30")
+    wait_until_waiting(conn, 1)
+    # A worker's first wait opens its listening connection and ends there, and it then
+    # looks for jobs handed while it could not hear (it would take the one below and run
+    # it: once in CI, its connection came after that row). After one hand-off heard, its
+    # waits end only by a notification, the 30 s poll or the stop.
+    warm = jobq.enqueue("noop", conn=conn)
+    wait_for(lambda: jobq.get(warm.id, conn=conn).status == "done", 10, "a first job handed and done")
     (worker,) = wait_until_waiting(conn, 1)
     conn.execute(
         "INSERT INTO jobs (type, payload, status, worker_id, lease, claimed_at, heartbeat_at) "
