@@ -15,7 +15,10 @@ Scenarios:
 - rate that never binds: the queue at 1,000,000/s (a start recorded per job);
 - unlimited, claims of 12 (only with --only): no limit, JOBQ_CLAIM_BATCH=12, what the
   drain comes to when each worker holds 12 jobs at a time, as it may with 100 keys at
-  concurrency 1 shared by 8 workers.
+  concurrency 1 shared by 8 workers;
+- unlimited, claims of 50 (only with --only): JOBQ_CLAIM_BATCH=50, the most a claim takes
+  while a rule on keys exists (jobq.limits.gate.KEYED_CLAIM): what 100 keys at
+  concurrency 1 would drain at if a claim under key rules cost what the plain one does.
 
 Jobs/s is measured as drain.py does: from the first claim to the last completion,
 both read from the database. Without --database-url an embedded PostgreSQL 16 is
@@ -62,8 +65,9 @@ SCENARIOS = {
     f"{KEYS} keys at concurrency 1": keys_at_one,
     "rate that never binds": rate_never_binds,
     "unlimited, claims of 12": unlimited,
+    "unlimited, claims of 50": unlimited,
 }
-REFERENCES = {"unlimited, claims of 12": {"JOBQ_CLAIM_BATCH": "12"}}  # run only when named with --only
+REFERENCES = {"unlimited, claims of 12": {"JOBQ_CLAIM_BATCH": "12"}, "unlimited, claims of 50": {"JOBQ_CLAIM_BATCH": "50"}}  # run only when named with --only
 
 
 def run(url: str, scenario: str, n: int, workers: int) -> tuple[float, list[str]]:

@@ -3,9 +3,10 @@ slots with its outcome, and the reaper's sweep of slots whose holder is gone.
 
 A job claimed under a concurrency limit holds a slot (its :class:`Claim` says
 ``slotted``) until its run ends: the worker frees it in the transaction that records
-the job's outcome (or gives it back), fenced by the claim's lease; a slot whose holder
-died is freed by the reaper, and only once the job's advisory lock can be taken (its
-holder's session is gone), never on a stale timestamp alone.
+the job's outcome (or gives it back), fenced by the claim's lease, or its next claim in
+that transaction frees it, passing a key's slot on to the key's next job (schema 30); a
+slot whose holder died is freed by the reaper, and only once the job's advisory lock
+can be taken (its holder's session is gone), never on a stale timestamp alone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jobq.store.connections import Connection
 from jobq.store.sql.leases import JOB_UNLOCK
 from jobq.store.sql.limits import (
     JOB_CLAIM_LIMITED,
+    JOB_CLAIM_LIMITED_PASSING,
     LIMIT_RATE_OPENS_IN,
     LIMIT_SLOTS_LOCK_GONE,
     LIMIT_SLOTS_RELEASE,
@@ -32,21 +34,31 @@ SCAN_PER_CLAIM = 200
 def claim(
     conn: Connection, queues: Sequence[str], *, worker_id: str, limit: int, lock_base: int,
     rate_opens_in: Callable[[float | None], None] | None = None, most: int | None = None,
+    freed: Sequence[Leased] = (), pass_on: bool = True,
 ) -> Deferred[list[Claim]]:
     """Claim up to ``limit`` due jobs of ``queues`` that their queue's and their key's
     limits let start now (see :func:`jobq.jobs.leases.claim` for the rest of the
     contract). Jobs held back stay pending, untouched: no attempt, no snooze.
     ``rate_opens_in``, if given, is told (when the claim is read) the seconds until a
     full rate of one of the queues lets a job start again (None: none is full).
-    ``most``, if given, caps ``limit`` (jobq.limits.gate.KEYED_CLAIM)."""
+    ``most``, if given, caps ``limit`` (jobq.limits.gate.KEYED_CLAIM).
+
+    ``freed``: jobs whose outcomes the caller's transaction has just written, holding
+    slots (:func:`slotted`). The claim frees their slots and, with ``pass_on``, passes
+    each one of a key on to the next due job of the same queue and key, which it claims
+    first (schema 30): a worker that ran a key's job goes on with that key without
+    deciding it again."""
     if most is not None:
         limit = min(limit, most)
     cur = conn.cursor()
     params = {
         "queues": list(queues), "worker_id": worker_id, "limit": limit,
         "scan": max(SCAN_PER_CLAIM, 4 * limit), "lock_base": lock_base,
+        "freed_ids": [j.job_id for j in freed], "freed_leases": [j.lease for j in freed],
     }
-    cur.execute(JOB_CLAIM_LIMITED, params)
+    if not pass_on:
+        release_slots(conn, freed)
+    cur.execute(JOB_CLAIM_LIMITED_PASSING if freed and pass_on else JOB_CLAIM_LIMITED, params)
     rates = conn.cursor() if rate_opens_in is not None else None
     if rates is not None:
         rates.execute(LIMIT_RATE_OPENS_IN, {"queues": list(queues)})

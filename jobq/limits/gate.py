@@ -24,6 +24,10 @@ HELD_RECHECK_MAX = 0.4  # seconds: the longest an idle worker waits to look agai
 # run: claims of up to 500 (JOBQ_CLAIM_BATCH then) let one worker take every free key, and
 # 100 keys at concurrency 1 drained at 2,900-3,500 jobs/s against 8,900-9,400 at 50.
 KEYED_CLAIM = 50
+# Seconds a worker passes the keys it holds on to their next jobs (jobq.limits.claims.claim,
+# ``pass_on``) before a claim of its looks at every due job again: how long a job of
+# another key that comes first in claim order (a higher priority) may wait behind them.
+PASS_FOR = 0.1
 
 
 class Gate:
@@ -38,6 +42,7 @@ class Gate:
         self.checked = float("-inf")
         self.empty_claims = 0  # claims under limits in a row that took nothing
         self.rate_opens_in: float | None = None  # seconds, as the last claim under limits left it
+        self.whole_claim_at = float("-inf")  # when a claim last looked at every due job (PASS_FOR)
 
     def claimed(self, n: int) -> None:
         """What the last claim took (counted only under limits)."""
@@ -76,14 +81,31 @@ class Gate:
         """The claim a worker makes next for ``queues``: the plain one (saying on the
         worker's row whether it waits for a hand-off, with ``hand_off``), or the one under
         limits (which asks when a full rate opens only while one of the queues has a
-        rate); asked again through ``session`` (its ``run(fn)``) when the answer is due."""
+        rate, and passes keys on for PASS_FOR seconds at a time); asked again through
+        ``session`` (its ``run(fn)``) when the answer is due. Either takes ``freed``, the
+        claims whose slots the caller's transaction frees."""
         if self.due():
             session.run(lambda conn, _: self.check(conn, queues))
         if not self.limited:
-            return functools.partial(leases.claim, hand_off=hand_off) if hand_off else leases.claim
+            return functools.partial(_freeing_first, functools.partial(leases.claim, hand_off=hand_off))
+        now = time.monotonic()
+        pass_on = self.keyed and now - self.whole_claim_at < PASS_FOR
+        if not pass_on:
+            self.whole_claim_at = now
         return functools.partial(
-            limited.claim, rate_opens_in=self._rate_opens if self.rated else None, most=KEYED_CLAIM if self.keyed else None
+            limited.claim, rate_opens_in=self._rate_opens if self.rated else None,
+            most=KEYED_CLAIM if self.keyed else None, pass_on=pass_on,
         )
 
     def _rate_opens(self, seconds: float | None) -> None:
         self.rate_opens_in = seconds
+
+
+def _freeing_first(
+    claim: Callable[..., leases.Deferred[list[leases.Claim]]], conn: Connection, *args: Any,
+    freed: Sequence[leases.Leased] = (), **kwargs: Any,
+) -> leases.Deferred[list[leases.Claim]]:
+    """The plain claim after freeing ``freed`` (slots of jobs claimed while a limit
+    applied, written in the same transaction; usually none)."""
+    limited.release_slots(conn, freed)
+    return claim(conn, *args, **kwargs)

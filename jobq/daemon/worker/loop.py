@@ -365,13 +365,14 @@ class WorkerLoop:
         self.next_in = UNASKED
         claim_under = self.gate.claim_for(self.session, self.queues.names, hand_off=self.settings.hand_off)
 
-        def claim(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
-            return claim_under(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
+        def claim(conn: psycopg.Connection, freed: list[Claim]) -> leases.Deferred[list[Claim]]:
+            return claim_under(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base,
+                               freed=freed)
 
         asked: list[leases.Deferred[float | None]] = []
 
-        def claim_and_ask(conn: psycopg.Connection) -> leases.Deferred[list[Claim]]:
-            claimed = claim(conn)
+        def claim_and_ask(conn: psycopg.Connection, freed: list[Claim]) -> leases.Deferred[list[Claim]]:
+            claimed = claim(conn, freed)
             if ask_next:  # in the same pipeline, read after it: no round trip of its own
                 asked[:] = [leases.next_run_in(conn, self.queues.names)]
             return claimed
@@ -384,7 +385,7 @@ class WorkerLoop:
                 if asked:
                     self.next_in = asked[0].result()
             else:
-                claimed = self.session.run(lambda conn, _: claim(conn).result())
+                claimed = self.session.run(lambda conn, _: claim(conn, []).result())
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
         self.gate.claimed(len(claimed))

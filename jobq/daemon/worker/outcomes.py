@@ -84,9 +84,14 @@ class OutcomeWriter:
         self.worker_id = worker_id
         self.lock_base = lock_base
 
-    def write(self, session: ClaimSession, also: Callable[[Connection], leases.Deferred[T]] | None = None) -> T | None:
+    def write(
+        self, session: ClaimSession, also: Callable[[Connection, list[Claim]], leases.Deferred[T]] | None = None
+    ) -> T | None:
         """Take the outcomes buffered and write them, with ``also`` (the next claim) in the
-        same round trip (a pipeline); returns its answer. Under the session's lock from
+        same round trip (a pipeline); returns its answer. The slots of the jobs written
+        (:func:`jobq.limits.claims.slotted`) are freed in the same transaction: by
+        ``also``, which is given them (a claim under limits passes them on to the next
+        jobs of the same keys), or here when there is none. Under the session's lock from
         the take to the end, so that the heartbeat never sees a written job as still in
         flight. When the write raises, the outcomes go back to the buffer (the exception
         goes on: the worker decides)."""
@@ -106,8 +111,10 @@ class OutcomeWriter:
                     sent_failed = self._send_failed(conn, written.failed)
                     sent_snoozed = self._send_snoozed(conn, written.snoozed)
                     sent_cancelled = self._send_cancelled(conn, written.cancelled)
-                    limited.release_slots(conn, limited.slotted([f.claim for f in taken.flights] if taken else []))
-                    sent = also(conn) if also is not None else None
+                    freed = limited.slotted([f.claim for f in taken.flights] if taken else [])
+                    if also is None:
+                        limited.release_slots(conn, freed)
+                    sent = also(conn, freed) if also is not None else None
                 rejected = sent_done.result() if sent_done else set()
                 written.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
                 rejected_snoozed = sent_snoozed.result() if sent_snoozed else set()

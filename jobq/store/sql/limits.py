@@ -30,10 +30,17 @@ LIMITS_APPLY = (
 # waited for; each key's tried; slots and starts counted by statements that start
 # after those locks are held; rows locked SKIP LOCKED). Returns JOB_COLUMNS, whether
 # the job's advisory lock was taken, and whether it holds a slot.
-JOB_CLAIM_LIMITED = (
+_CLAIM_LIMITED = (
     "SELECT " + ", ".join("(c.job)." + c.strip() for c in JOB_COLUMNS.split(",")) + ", c.locked, c.slotted "
-    "FROM jobq_claim_limited(%(queues)b::text[], %(worker_id)s, %(limit)s, %(scan)s, %(lock_base)s) AS c"
+    "FROM jobq_claim_limited(%(queues)b::text[], %(worker_id)s, %(limit)s, %(scan)s, %(lock_base)s{freed}) AS c"
 )
+JOB_CLAIM_LIMITED = _CLAIM_LIMITED.format(freed="")
+
+# JOB_CLAIM_LIMITED_PASSING: the same claim in the transaction of some outcomes, given
+# the claims (job id, lease) whose slots those outcomes free (schema 30): the slots
+# are deleted, and each one of a key passed on to the key's next due job in the same
+# queue (jobs_pending_key_idx), claimed first; the claim of 0023 takes the rest.
+JOB_CLAIM_LIMITED_PASSING = _CLAIM_LIMITED.format(freed=", %(freed_ids)b::bigint[], %(freed_leases)b::bigint[]")
 
 # LIMIT_RATE_OPENS_IN: seconds until the rate of one of some queues lets one more job
 # start: the claim that made its starts in the window reach N leaves the window (a
