@@ -25,8 +25,8 @@ HELD_RECHECK_MAX = 0.4  # seconds: the longest an idle worker waits to look agai
 # 100 keys at concurrency 1 drained at 2,900-3,500 jobs/s against 8,900-9,400 at 50.
 KEYED_CLAIM = 50
 # Seconds a worker passes the keys it holds on to their next jobs (jobq.limits.claims.claim,
-# ``pass_on``) before a claim of its looks at every due job again: how long a job of
-# another key that comes first in claim order (a higher priority) may wait behind them.
+# ``pass_on``) before a claim of its frees them and leaves every key to the claim's
+# decision again: no worker keeps a key longer than that.
 PASS_FOR = 0.1
 
 

@@ -27,9 +27,8 @@
 --     not one of the claiming worker's queues.
 -- Then the claim of schema 25 (the five-argument function, which workers of the previous
 -- release call, unchanged) takes what is left of max_jobs. The worker passes keys on for
--- a moment at a time (jobq.limits.gate.PASS_FOR): each of its claims after that looks at
--- every due job again, so that a job of another key that comes first in claim order
--- (a higher priority) waits no longer than that.
+-- a moment at a time (jobq.limits.gate.PASS_FOR): its claim after that frees its slots
+-- and leaves every key to the decision of 0025, so no worker keeps a key for longer.
 --
 -- Returns the jobs claimed as the claim of 0023 does: the passed ones first, each with
 -- whether its advisory lock was taken and whether it holds a slot.
