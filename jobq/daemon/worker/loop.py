@@ -363,16 +363,12 @@ class WorkerLoop:
             limit = min(limit, self.settings.max_jobs_per_child - self.jobs_run)
         ask_next = self.last_claim_short
         self.next_in = UNASKED
-        claim_under = self.gate.claim_for(self.session, self.queues.names, hand_off=self.settings.hand_off)
-
-        def claim(conn: psycopg.Connection, freed: list[Claim]) -> leases.Deferred[list[Claim]]:
-            return claim_under(conn, self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base,
-                               freed=freed)
-
+        claim = functools.partial(self.gate.claim_for(self.session, self.queues.names, hand_off=self.settings.hand_off),
+                                  queues=self.queues.names, worker_id=self.worker_id, limit=limit, lock_base=self.lock_base)
         asked: list[leases.Deferred[float | None]] = []
 
         def claim_and_ask(conn: psycopg.Connection, freed: list[Claim]) -> leases.Deferred[list[Claim]]:
-            claimed = claim(conn, freed)
+            claimed = claim(conn, freed=freed)
             if ask_next:  # in the same pipeline, read after it: no round trip of its own
                 asked[:] = [leases.next_run_in(conn, self.queues.names)]
             return claimed
@@ -385,7 +381,7 @@ class WorkerLoop:
                 if asked:
                     self.next_in = asked[0].result()
             else:
-                claimed = self.session.run(lambda conn, _: claim(conn, []).result())
+                claimed = self.session.run(lambda conn, _: claim(conn, freed=[]).result())
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
         self.gate.claimed(len(claimed))
