@@ -39,7 +39,7 @@ def by_minute(loops: list[dict]) -> list[dict]:
     start = loops[0]["t"] if loops else 0.0
     for loop in loops:
         minutes.setdefault(int((loop["t"] - start) // 60), []).append(loop["cpu_ms"])
-    return [{"minute": m + 1, "cpu_ms": round(statistics.median(v), 1)} for m, v in sorted(minutes.items())]
+    return [{"minute": m + 1, "cpu_ms": round(statistics.median(v), 2)} for m, v in sorted(minutes.items())]
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ JOB_CLAIM_LIMITED = _CLAIM_LIMITED.format(freed="")
 # JOB_CLAIM_LIMITED_PASSING: the same claim in the transaction of some outcomes, given
 # the claims (job id, lease) whose slots those outcomes free (schema 30): the slots
 # are deleted, and each one of a key passed on to the key's next due job in the same
-# queue (jobs_pending_key_idx), claimed first; the claim of 0023 takes the rest.
+# queue (jobs_pending_key_idx), claimed first; the claim of schema 25 takes the rest.
 JOB_CLAIM_LIMITED_PASSING = _CLAIM_LIMITED.format(freed=", %(freed_ids)b::bigint[], %(freed_leases)b::bigint[]")
 
 # LIMIT_RATE_OPENS_IN: seconds until the rate of one of some queues lets one more job
