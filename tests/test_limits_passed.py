@@ -143,3 +143,17 @@ def test_a_worker_passes_keys_on_for_pass_for_seconds_then_claims_looking_at_eve
     assert passes == [False, True, True, False, True]  # a whole claim at 100.0, then at 100.11
     gate.keyed = False  # a queue limit only: no key to pass on
     assert gate.claim_for(None, ["default"]).keywords["pass_on"] is False
+
+
+def test_a_claim_looks_past_due_jobs_whose_keys_are_all_full(conn, sessions):
+    """The first 200 due jobs are all of 50 keys another worker holds; the free keys' jobs
+    come after them. The claim's first pass takes nothing, its next reads past those keys
+    and takes the free keys' jobs (schema 30; before, it took nothing until the held keys'
+    backlog had drained)."""
+    a, b = sessions
+    jobq.set_limit("t*", concurrency=1, conn=conn)
+    keyed(conn, *[f"t{i}" for i in range(50)] * 5)  # 250 due jobs, 5 of each held key
+    free = keyed(conn, *[f"tfree{i}" for i in range(10)])
+    assert len(claim(b, worker="b")) == 50  # one job of each t0..t49: every one of those keys held
+    taken = claim(a)
+    assert sorted(c.job_id for c in taken) == free
