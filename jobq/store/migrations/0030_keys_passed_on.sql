@@ -26,9 +26,10 @@
 --     claims take turns between keys, or a concurrency limit, counted in stripes) or is
 --     not one of the claiming worker's queues.
 -- Then the five-argument claim (schema 25's, restated below with one change; workers of
--- the previous release call it too) takes what is left of max_jobs. The worker passes keys on for
--- a moment at a time (jobq.limits.gate.PASS_FOR): its claim after that frees its slots
--- and leaves every key to the decision of 0025, so no worker keeps a key for longer.
+-- the previous release call it too) takes what is left of max_jobs. The worker passes
+-- keys on for a moment at a time (jobq.limits.gate.PASS_FOR): its claim after that frees
+-- its slots and leaves every key to that claim's decision, so no worker keeps a key
+-- for longer.
 --
 -- Returns the jobs claimed as the claim of 0023 does: the passed ones first, each with
 -- whether its advisory lock was taken and whether it holds a slot.
