@@ -50,11 +50,8 @@ BEGIN
             WHERE f.k IS NOT NULL AND f.queue = ANY(queues)
             AND (q.name IS NULL OR (q.paused_at IS NULL AND q.concurrency IS NULL AND q.rate_count IS NULL AND NOT q.fair))
             GROUP BY f.queue, f.k),
-        ruled AS (  -- jobq_limit_rule's choice: the exact pattern, else the longest prefix
-            SELECT p.queue, p.k, p.n, r.concurrency FROM passing AS p, LATERAL (
-                SELECT l.concurrency, l.rate_count FROM jobq_limits AS l
-                WHERE l.pattern = p.k OR (right(l.pattern, 1) = '*' AND starts_with(p.k, left(l.pattern, -1)))
-                ORDER BY l.pattern = p.k DESC, length(l.pattern) DESC LIMIT 1) AS r
+        ruled AS (
+            SELECT p.queue, p.k, p.n, r.concurrency FROM passing AS p, LATERAL jobq_limit_rule(p.k) AS r
             WHERE r.concurrency IS NOT NULL AND r.rate_count IS NULL),
         kept AS (  -- read before this statement's delete: the freed slots are counted
             SELECT r.* FROM ruled AS r LEFT JOIN jobq_limit_key_use(ARRAY(SELECT k FROM ruled)) AS used ON used.k = r.k
