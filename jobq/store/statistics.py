@@ -10,14 +10,23 @@ of pending jobs (23 ms a claim with 50,000 waiting); schema 12 dropped that inde
 every other plan over jobs_live is still a guess. The maintenance leader looks every
 few seconds, compares the planner's count with the exact counters, and analyses
 jobs_live itself when the count is far short; so does a worker whose claims show it a
-burst (:mod:`jobq.daemon.worker.backlog`), without waiting for the leader.
+burst (:mod:`jobq.daemon.worker.backlog`), without waiting for the leader. The leader
+looks at the workflow tables the same way (their count from the statistics system):
+autovacuum may analyse them while a large workflow's enqueue is uncommitted.
 """
 
 from __future__ import annotations
 
 import logging
 
-from jobq.store.sql.statistics import JOB_LIVE_ANALYZE, JOB_LIVE_STATISTICS_STALE
+from psycopg import sql
+
+from jobq.store.sql.statistics import (
+    JOB_LIVE_ANALYZE,
+    JOB_LIVE_STATISTICS_STALE,
+    WORKFLOW_STATISTICS_STALE,
+    WORKFLOW_TABLES,
+)
 from jobq.store.connections import Connection
 
 log = logging.getLogger(__name__)
@@ -36,3 +45,16 @@ def analyse_if_stale(conn: Connection) -> int:
     conn.execute(JOB_LIVE_ANALYZE)
     log.info("planning.analysed table=jobs_live: its statistics were far short of the jobs in it")
     return 1
+
+
+def analyse_workflows_if_stale(conn: Connection) -> int:
+    """ANALYZE each of the workflow tables (jobs_waiting, the steps, the edges) that holds
+    MIN_ROWS rows or more while the planner believes in STALE_FACTOR times fewer: a
+    workflow enqueued while autovacuum analysed them leaves them planned as empty.
+    Returns how many it analysed (SKIP_LOCKED: one autovacuum is working on is left to it)."""
+    stale = [row[0] for row in conn.execute(
+        WORKFLOW_STATISTICS_STALE, {"tables": list(WORKFLOW_TABLES), "min_rows": MIN_ROWS, "factor": STALE_FACTOR})]
+    for table in stale:
+        conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(sql.Identifier(table)))
+        log.info("planning.analysed table=%s: its statistics were far short of the rows in it", table)
+    return len(stale)

@@ -118,6 +118,7 @@ class Maintenance:
         every = settings.reaper_interval
         self.duties = [
             Duty("analyse", SAMPLE_INTERVAL, statistics.analyse_if_stale),
+            Duty("analyse_workflows", SAMPLE_INTERVAL, statistics.analyse_workflows_if_stale),
             Duty("sample", SAMPLE_INTERVAL, lambda conn: samples.take(conn, settings.sample_retention)),
             # Before retention: the partitions of the hour and the next ones, made ahead.
             Duty("partitions", min(every, settings.partition_interval / 4),

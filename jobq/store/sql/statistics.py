@@ -3,8 +3,8 @@ partitioned table (which autovacuum never analyses) and for its live partition (
 statistics a drained queue leaves empty).
 
 Run by :mod:`jobq.store.partitions` (JOB_ANALYSIS_DUE, JOB_ANALYZE) and
-:mod:`jobq.store.statistics` (JOB_LIVE_STATISTICS_STALE, JOB_LIVE_ANALYZE), for
-the maintenance leader, and the latter also for a worker that meets a burst.
+:mod:`jobq.store.statistics` (JOB_LIVE_STATISTICS_STALE, JOB_LIVE_ANALYZE, also for a
+worker that meets a burst; WORKFLOW_STATISTICS_STALE), for the maintenance leader.
 """
 
 from __future__ import annotations
@@ -41,3 +41,20 @@ JOB_LIVE_STATISTICS_STALE = (
 # SKIP_LOCKED: an ANALYZE or VACUUM of jobs_live under way (another worker's, autovacuum's)
 # is not waited for, and none is cancelled.
 JOB_LIVE_ANALYZE = "ANALYZE (SKIP_LOCKED) jobs_live"
+
+# WORKFLOW_TABLES: the tables a workflow's release and settlement read (schema 31).
+WORKFLOW_TABLES = ("jobs_waiting", "jobq_workflow_steps", "jobq_workflow_edges")
+
+# WORKFLOW_STATISTICS_STALE: of WORKFLOW_TABLES, those whose planner's count
+# (pg_class.reltuples) is %(factor)s times short of the rows the statistics system counts
+# live in them (n_live_tup, kept at each commit), with at least %(min_rows)s of them.
+# Autovacuum may analyse them in the middle of a large workflow's enqueue and record
+# them empty (none of the uncommitted rows seen); until its next look a minute later, a
+# fan-in's settlement planned from that read every edge of the workflow for each batch
+# of its parents (about a second a batch of 500 in a fan-in of 10,000).
+WORKFLOW_STATISTICS_STALE = (
+    "SELECT c.relname FROM pg_class AS c JOIN pg_stat_user_tables AS s ON s.relid = c.oid "
+    "WHERE c.oid = ANY(%(tables)s::regclass[]) "
+    "AND s.n_live_tup >= %(min_rows)s AND s.n_live_tup > %(factor)s * greatest(c.reltuples, 0) "
+    "ORDER BY c.relname"
+)
