@@ -199,3 +199,25 @@ def test_the_leader_analyses_workflow_tables_that_were_analysed_in_the_middle_of
     assert {name: n for name, n in conn.execute(believed)} == {
         "jobs_waiting": 1500, "jobq_workflow_steps": 1501, "jobq_workflow_edges": 1500}
     assert statistics.analyse_workflows_if_stale(conn) == 0  # once
+
+
+def test_a_fan_outs_release_updates_its_edges_and_steps_in_place(conn):
+    # Schema 32: the tables leave room on each page for their rows' updates, which are
+    # then HOT (no index entry written); filled to the brim, about half were not.
+    wf = jobq.Workflow()
+    root = wf.add("wf_step", name="root")
+    for i in range(300):
+        wf.add("wf_step", name=f"m{i:03d}", after=[root])
+    wf.enqueue(conn=conn)
+    updates = ("SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
+               "WHERE relname IN ('jobq_workflow_edges', 'jobq_workflow_steps') ORDER BY relname")
+    with psycopg.connect(conn.info.dsn) as session:
+        (claimed,) = _claim(session, 1)
+        session.commit()
+        before = {name: (n, hot) for name, n, hot in session.execute(updates)}
+        _complete(session, [claimed])
+        after = {name: (n, hot) for name, n, hot in session.execute(updates)}
+        session.commit()
+    written = {name: (after[name][0] - before.get(name, (0, 0))[0], after[name][1] - before.get(name, (0, 0))[1])
+               for name in after}
+    assert written == {"jobq_workflow_edges": (300, 300), "jobq_workflow_steps": (300, 300)}, written
