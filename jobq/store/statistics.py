@@ -25,6 +25,7 @@ from jobq.store.sql.statistics import (
     JOB_LIVE_ANALYZE,
     JOB_LIVE_STATISTICS_STALE,
     WORKFLOW_STATISTICS_STALE,
+    WORKFLOW_TABLE_ANALYZE,
     WORKFLOW_TABLES,
 )
 from jobq.store.connections import Connection
@@ -55,6 +56,6 @@ def analyse_workflows_if_stale(conn: Connection) -> int:
     stale = [row[0] for row in conn.execute(
         WORKFLOW_STATISTICS_STALE, {"tables": list(WORKFLOW_TABLES), "min_rows": MIN_ROWS, "factor": STALE_FACTOR})]
     for table in stale:
-        conn.execute(sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(sql.Identifier(table)))
+        conn.execute(sql.SQL(WORKFLOW_TABLE_ANALYZE).format(table=sql.Identifier(table)))
         log.info("planning.analysed table=%s: its statistics were far short of the rows in it", table)
     return len(stale)

@@ -4,7 +4,8 @@ statistics a drained queue leaves empty).
 
 Run by :mod:`jobq.store.partitions` (JOB_ANALYSIS_DUE, JOB_ANALYZE) and
 :mod:`jobq.store.statistics` (JOB_LIVE_STATISTICS_STALE, JOB_LIVE_ANALYZE, also for a
-worker that meets a burst; WORKFLOW_STATISTICS_STALE), for the maintenance leader.
+worker that meets a burst; WORKFLOW_STATISTICS_STALE, WORKFLOW_TABLE_ANALYZE), for the
+maintenance leader.
 """
 
 from __future__ import annotations
@@ -58,3 +59,6 @@ WORKFLOW_STATISTICS_STALE = (
     "AND s.n_live_tup >= %(min_rows)s AND s.n_live_tup > %(factor)s * greatest(c.reltuples, 0) "
     "ORDER BY c.relname"
 )
+# WORKFLOW_TABLE_ANALYZE: one of them (its name composed as an identifier), SKIP_LOCKED as
+# JOB_LIVE_ANALYZE.
+WORKFLOW_TABLE_ANALYZE = "ANALYZE (SKIP_LOCKED) {table}"
