@@ -6,6 +6,8 @@ statement, however many of its parents the statement finished; a savepoint rolle
 takes its tally rows and its round with it; the join of the two transition tables is never
 a nested loop kept from a session's first, one-row call (migration 0024)."""
 
+import time
+
 import psycopg
 import pytest
 
@@ -14,6 +16,7 @@ from jobq.jobs import leases
 from support.db import scalar
 from support.waiting import wait_for
 from jobq.store import statistics
+from jobq.store.sql.workflows import WORKFLOW_RECOUNT_PARENTS, WORKFLOW_RETRY
 
 pytestmark = [pytest.mark.db, pytest.mark.workflows]
 
@@ -152,6 +155,13 @@ def test_the_transition_tables_are_never_joined_by_a_nested_loop_kept_from_a_one
     assert jobq.get(run.jobs[sink].id, conn=conn).parent_results == {m: {"ok": True} for m in middle}
 
 
+def _rows_read(session, tables: tuple[str, ...]) -> int:
+    """Rows of ``tables`` read so far in the session's pending statistics (this
+    transaction's and any not flushed yet: take differences within one transaction)."""
+    return scalar(session, "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint "
+                           "FROM pg_stat_xact_user_tables WHERE relname = ANY(%s)", list(tables))
+
+
 def test_a_release_reads_each_step_a_bounded_number_of_times_whatever_the_statistics_say(conn):
     # Autovacuum may analyse the workflow tables while a large workflow's enqueue is not
     # committed yet: each is then believed empty though its pages are there. Schema 21's
@@ -221,3 +231,76 @@ def test_a_fan_outs_release_updates_its_edges_and_steps_in_place(conn):
     written = {name: (after[name][0] - before.get(name, (0, 0))[0], after[name][1] - before.get(name, (0, 0))[1])
                for name in after}
     assert written == {"jobq_workflow_edges": (300, 300), "jobq_workflow_steps": (300, 300)}, written
+
+
+def test_cancelling_a_wide_workflow_settles_its_edges_by_probes(conn):
+    # Cancelling 4,000 waiting steps settles their 4,000 edges to the callback in one
+    # statement. Once the edges' statistics were taken with every edge settled (as
+    # autovacuum takes them on a queue whose workflows finished), the planner guessed
+    # that almost no edge is open, read the whole edges index as the outer side of a
+    # nested loop and compared each edge with every cancelled step (PostgreSQL 16:
+    # 32,004,000 pairs, 5.6 s). Schema 31 leaves the settlement and the tally only bitmap
+    # probes by the statement's keys (80 ms). The deadline is 50 times that.
+    assert {"enable_indexscan=off", "enable_bitmapscan=on", "enable_nestloop=on"} <= set(
+        _settings(conn, "jobq_workflow_finished")
+    )
+    assert {"enable_indexscan=off", "enable_bitmapscan=on", "enable_seqscan=off"} <= set(
+        _settings(conn, "jobq_workflow_tally_apply")
+    )
+    width = 4000
+
+    def wide() -> jobq.WorkflowRun:
+        wf = jobq.Workflow()
+        root = wf.add("wf_step", name="root")
+        middle = [wf.add("wf_step", name=f"m{i:04d}", after=[root]) for i in range(width)]
+        wf.add("wf_step", name="sink", after=middle)
+        return wf.enqueue(conn=conn)
+
+    jobq.cancel_workflow(wide().id, conn=conn)  # every edge of it settled
+    conn.execute("ANALYZE jobq_workflow_edges")
+    run = wide()
+    started = time.monotonic()
+    jobq.cancel_workflow(run.id, conn=conn)
+    assert time.monotonic() - started < 4.0
+    assert jobq.counts(conn=conn).depth["cancelled"] == 2 * (width + 2)
+
+
+def _rows_compared(conn, statement: str, params: dict) -> int:
+    """The rows ``statement`` discarded by a filter or a join filter, over every loop of
+    every node of its plan (EXPLAIN ANALYZE, run and rolled back): the comparisons it
+    made beyond the rows it kept."""
+    with conn.transaction(force_rollback=True):
+        (plan,) = conn.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + statement, params).fetchone()[0]
+
+    def walk(node: dict) -> int:
+        removed = node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Join Filter", 0)
+        return removed * node.get("Actual Loops", 1) + sum(walk(child) for child in node.get("Plans", ()))
+
+    return walk(plan["Plan"])
+
+
+def test_retrying_a_wide_workflow_looks_its_retried_steps_up_by_name(conn):
+    # A retry re-opens the edges between retried steps and recounts their children's
+    # parents. It joined the edges with the retried steps' names as the planner guessed
+    # their number (one): a retry of 2,000 steps compared 6,000,000 pairs of names (1 s),
+    # and each step's new job was a scan of the array of them. The names are the keys of
+    # one JSON object now, looked up by key.
+    width = 2000
+    wf = jobq.Workflow()
+    root = wf.add("wf_step", name="root", max_retries=0)
+    middle = [wf.add("wf_step", name=f"m{i:04d}", after=[root]) for i in range(width)]
+    wf.add("wf_step", name="sink", after=middle)
+    run = wf.enqueue(conn=conn)
+    with psycopg.connect(conn.info.dsn) as session:
+        (claimed,) = _claim(session, 1)
+        leases.fail(session, [claimed], ["boom"], [0.0], [0.0], lock_base=0).result()  # dead: the rest cancelled
+        session.commit()
+    assert jobq.counts(conn=conn).depth["cancelled"] == width + 1
+    with psycopg.connect(conn.info.dsn) as session:
+        assert _rows_compared(session, WORKFLOW_RETRY, {"id": run.id}) <= 10 * width
+        names = [root, *middle, "sink"]
+        recount = {"id": run.id, "names": names, "new_ids": list(range(-len(names), 0))}
+        assert _rows_compared(session, WORKFLOW_RECOUNT_PARENTS, recount) <= 10 * width
+    retried = jobq.retry_workflow(run.id, conn=conn)
+    assert jobq.get(retried.jobs[root].id, conn=conn).status == "pending"
+    assert jobq.counts(conn=conn).depth["waiting"] == width + 1

@@ -23,16 +23,17 @@
 --     order the guesses would choose: a first form, a plain join, read every edge of the
 --     workflow for each job under the same statistics);
 --   * the function sets its own planner settings (no sequential scan, no hash or merge
---     join), as jobq_workflow_finished does for its probes: it is also called on its own
---     (retry_workflow, the commit's tally), where a sequential scan of jobs_waiting
---     filtered by the array would again compare every waiting row with every id.
+--     join; index scans, which its callers below turn off): it is also called on its own
+--     (retry_workflow), where a sequential scan of jobs_waiting filtered by the array
+--     would again compare every waiting row with every id.
 -- The same rows are moved with the same columns as by schema 21 (same signature: workers
 -- of the previous release call it too), and jobq.releasing is set around the move as
 -- before. A release of 10,000 with accurate statistics costs what it did (one session,
 -- taking turns: 290-380 ms of server CPU for the root's outcome either way on PostgreSQL
 -- 15 beside other work; benchmark/README.md, "Schema 31").
 CREATE OR REPLACE FUNCTION jobq_workflow_release(p_workflow bigint, p_steps text[]) RETURNS void LANGUAGE sql
-SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET enable_nestloop = on
+SET enable_seqscan = off SET enable_indexscan = on SET enable_hashjoin = off SET enable_mergejoin = off
+SET enable_nestloop = on
 AS $$
     SELECT set_config('jobq.releasing', 'on', true);
     UPDATE jobs AS j SET status = 'pending', run_at = greatest(j.run_at, now()),
@@ -48,3 +49,25 @@ AS $$
       AND j.status = 'waiting';
     SELECT set_config('jobq.releasing', 'off', true);
 $$;
+
+-- The statements that settle finished steps and apply the commit's tally join what they
+-- update with what they were given (arrays, a CTE of the statement's finished steps).
+-- Believing few rows of the table updated match (statistics never taken since the
+-- tables were emptied, or taken mid-enqueue as above), the planner read that table as
+-- the outer side of those joins, whole: a full scan of an index (schema 22 turned
+-- sequential scans off, not those), each row matched against the whole inner side.
+-- Cancelling a workflow of 4,000 waiting steps compared 32,004,000 pairs in its edges'
+-- settlement (5.6 s on PostgreSQL 16; 80 ms now); a batch of 500 middle steps of a
+-- fan-in of 10,000, under the statistics above, 5,000,000 (0.8-1 s a batch, against 40
+-- ms). A bitmap scan needs an index condition, so with index scans off and bitmap scans
+-- on every read of these tables is a probe by the keys of the statement (nested loops
+-- whose inner side is a bitmap probe), never a whole index; with accurate statistics it
+-- costs about what it did (a fan-in's batches in one session: 1.55 s against 1.51). The
+-- worker's claim session turns bitmap scans off for its own statements
+-- (jobq.store.sql.leases.CLAIM_SESSION_PLANNER); these settings are the functions' own,
+-- for the length of their call.
+ALTER FUNCTION jobq_workflow_finished(bigint[], bigint[], text[], jsonb[], text[], boolean[])
+    SET enable_indexscan = off SET enable_indexonlyscan = off SET enable_bitmapscan = on SET enable_tidscan = off;
+ALTER FUNCTION jobq_workflow_tally_apply()
+    SET enable_seqscan = off SET enable_indexscan = off SET enable_indexonlyscan = off SET enable_bitmapscan = on
+    SET enable_tidscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET enable_nestloop = on;
