@@ -1,5 +1,5 @@
--- jobq schema 31: a release of waiting steps reads each step a bounded number of times,
--- whatever the statistics say.
+-- jobq schema 31: a workflow's release, settlement and tally read each row a bounded
+-- number of times, whatever the statistics say.
 --
 -- Found by a benchmark that hung: a fan-out's root outcome (the release of its 10,000
 -- children) ran on one core for more than ten minutes. Its plan (reproduced: the workflow
@@ -9,8 +9,8 @@
 -- the waiting rows as the outer side of a nested loop, and for each of them every step
 -- of the workflow, keeping those whose name is in the array of names to release, one
 -- comparison of text at a time: steps x steps x names/2 comparisons. A fan-out of 1,000
--- took 3 s and read 508,064 step rows (against 7,001 now), one of 2,000 took 20 s, one of
--- 10,000 did not end. Nothing in the planner's choices of schema 21's statement bounded
+-- took 3 s and read about 505,000 step rows (against 7,001 now), one of 2,000 took 20 s,
+-- one of 10,000 did not end. Nothing in the planner's choices of schema 21's statement bounded
 -- it: a join of the waiting rows with the steps named, planned from those guesses.
 --
 -- The release is now one UPDATE with no join to plan:
@@ -30,7 +30,7 @@
 -- of the previous release call it too), and jobq.releasing is set around the move as
 -- before. A release of 10,000 with accurate statistics costs what it did (one session,
 -- taking turns: 290-380 ms of server CPU for the root's outcome either way on PostgreSQL
--- 15 beside other work; benchmark/README.md, "Schema 31").
+-- 15 beside other work; benchmark/README.md, "Schemas 31 and 32").
 CREATE OR REPLACE FUNCTION jobq_workflow_release(p_workflow bigint, p_steps text[]) RETURNS void LANGUAGE sql
 SET enable_seqscan = off SET enable_indexscan = on SET enable_hashjoin = off SET enable_mergejoin = off
 SET enable_nestloop = on
