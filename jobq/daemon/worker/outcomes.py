@@ -114,7 +114,9 @@ class OutcomeWriter:
                     freed = limited.slotted([f.claim for f in taken.flights] if taken else [])
                     if also is None:
                         limited.release_slots(conn, freed)
-                    sent = also(conn, freed) if also is not None else None
+                        sent = None
+                    else:
+                        sent = also(conn, freed)
                 rejected = sent_done.result() if sent_done else set()
                 written.failures, rejected_failed = sent_failed.result() if sent_failed else ([], set())
                 rejected_snoozed = sent_snoozed.result() if sent_snoozed else set()
