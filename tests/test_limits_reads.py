@@ -1,0 +1,108 @@
+"""What a claim under rules on keys reads of jobs_live (schema 33): a bounded number of
+rows, whatever one key's backlog and whatever the planner believed of the table when the
+session made its plans. Counted by PostgreSQL itself (pg_stat_xact_user_tables: rows
+read by sequential scans, and rows fetched through indexes, by this transaction), around
+the claim alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+
+import psycopg
+import pytest
+
+import jobq
+from jobq.jobs import leases
+from jobq.limits import claims as limited
+from support.claims import LOCK_BASE, complete
+
+pytestmark = [pytest.mark.db, pytest.mark.limits]
+
+BACKLOG = 5_000  # due jobs of one key in front; a claim that reads past them reads thousands of rows
+READ_BOUND = 1_000  # rows a claim may read: its first 200 candidates, probes of keys and ids, with room
+NO_SLOT = SimpleNamespace(job_id=0, lease=0, locked=False, slotted=True)  # freed: a slot that is not there
+ROWS_READ = (
+    "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint FROM pg_stat_xact_user_tables "
+    "WHERE relname = 'jobs_live'"
+)
+
+
+@pytest.fixture
+def sessions(database_url):
+    """Two claim sessions of their own (their advisory locks are the jobs they hold)."""
+    with psycopg.connect(database_url, autocommit=True) as a, psycopg.connect(database_url, autocommit=True) as b:
+        yield a, b
+
+
+def claim(conn: psycopg.Connection, *, worker: str = "a", freed: Sequence[leases.Claim] = ()) -> list[leases.Claim]:
+    return limited.claim(conn, ["default"], worker_id=worker, limit=50, lock_base=LOCK_BASE, freed=freed).result()
+
+
+def read_by(conn: psycopg.Connection, action: Callable[[], list[leases.Claim]]) -> tuple[list[leases.Claim], int]:
+    """``action()`` in the caller's transaction, and the rows of jobs_live it read."""
+    before = conn.execute(ROWS_READ).fetchone()[0]
+    result = action()
+    return result, conn.execute(ROWS_READ).fetchone()[0] - before
+
+
+def keyed(conn: psycopg.Connection, *keys: str) -> list[int]:
+    return [job.id for job in jobq.enqueue_many([{"type": "noop", "concurrency_key": k} for k in keys], conn=conn)]
+
+
+def planned_on_an_empty_queue(conn: psycopg.Connection, session: psycopg.Connection) -> None:
+    """jobs_live analysed while empty (as autovacuum does once a drain has emptied it),
+    then enough claims of ``session`` on the empty queue, both kinds, for PostgreSQL to
+    keep a generic plan of each statement (after five calls)."""
+    conn.execute("ANALYZE jobs_live")
+    for _ in range(7):
+        claim(session)
+        with session.transaction():
+            claim(session, freed=[NO_SLOT])
+
+
+def test_a_claim_behind_one_keys_long_backlog_walks_the_keys_instead_of_reading_it(conn, sessions):
+    """Key a's 5,000 due jobs come first and a's slot is held; b's job comes last: the
+    claim takes b's job, reading past a's backlog by probes of the keys' index, not row by
+    row (schema 30 read every one of a's jobs, twice)."""
+    a, b = sessions
+    jobq.set_limit("*", concurrency=1, conn=conn)
+    keyed(conn, *["a"] * BACKLOG)
+    (b_job,) = keyed(conn, "b")
+    assert [c.job.concurrency_key for c in claim(b, worker="b")] == ["a"]  # a pass that took something ends
+    with a.transaction():
+        taken, read = read_by(a, lambda: claim(a))
+    assert [c.job_id for c in taken] == [b_job]
+    assert read <= READ_BOUND
+
+
+def test_a_key_passed_on_behind_another_keys_long_backlog_is_found_by_its_index(conn, sessions):
+    """b's next job comes after a's 5,000: the claim that passes b's slot on finds it
+    through jobs_pending_key_idx, whatever plan the session kept from an empty queue."""
+    a, b = sessions
+    jobq.set_limit("*", concurrency=1, conn=conn)
+    planned_on_an_empty_queue(conn, a)
+    keyed(conn, *["a"] * BACKLOG)
+    b_first, b_next = keyed(conn, "b", "b")
+    held = claim(a) + claim(a)  # a's first job, then b's (the second claim walks past a's backlog)
+    assert [c.job.concurrency_key for c in held] == ["a", "b"] and held[1].job_id == b_first
+    assert claim(b, worker="b") == []  # every key held by a
+    with a.transaction():
+        complete(a, held)
+        passed, read = read_by(a, lambda: claim(a, freed=limited.slotted(held)))
+    assert b_next in [c.job_id for c in passed]
+    assert read <= READ_BOUND
+
+
+def test_a_claim_planned_on_an_empty_queue_reads_the_first_due_jobs_of_a_backlog_not_all(conn, sessions):
+    """A worker idle on an analysed-empty queue keeps generic plans made for an empty
+    table; a backlog of 5,000 jobs of 100 keys arrives: its claim still reads a range of
+    the claim index (schema 30's kept plan read all 5,000, a sequential scan and a sort)."""
+    a, _ = sessions
+    jobq.set_limit("t*", concurrency=1, conn=conn)
+    planned_on_an_empty_queue(conn, a)
+    keyed(conn, *[f"t{i % 100}" for i in range(BACKLOG)])
+    with a.transaction():
+        taken, read = read_by(a, lambda: claim(a))
+    assert len(taken) == 50
+    assert read <= READ_BOUND
