@@ -16,16 +16,13 @@ import jobq
 from jobq.jobs import leases
 from jobq.limits import claims as limited
 from support.claims import LOCK_BASE, complete
+from support.db import rows_read
 
 pytestmark = [pytest.mark.db, pytest.mark.limits]
 
 BACKLOG = 5_000  # due jobs of one key in front; a claim that reads past them reads thousands of rows
 READ_BOUND = 1_000  # rows a claim may read: its first 200 candidates, probes of keys and ids, with room
 NO_SLOT = SimpleNamespace(job_id=0, lease=0, locked=False, slotted=True)  # freed: a slot that is not there
-ROWS_READ = (
-    "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint FROM pg_stat_xact_user_tables "
-    "WHERE relname = 'jobs_live'"
-)
 
 
 @pytest.fixture
@@ -41,9 +38,9 @@ def claim(conn: psycopg.Connection, *, worker: str = "a", freed: Sequence[leases
 
 def read_by(conn: psycopg.Connection, action: Callable[[], list[leases.Claim]]) -> tuple[list[leases.Claim], int]:
     """``action()`` in the caller's transaction, and the rows of jobs_live it read."""
-    before = conn.execute(ROWS_READ).fetchone()[0]
+    before = rows_read(conn)
     result = action()
-    return result, conn.execute(ROWS_READ).fetchone()[0] - before
+    return result, rows_read(conn) - before
 
 
 def keyed(conn: psycopg.Connection, *keys: str) -> list[int]:

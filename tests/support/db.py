@@ -151,6 +151,16 @@ def alter_beside_traffic(conn: psycopg.Connection, statement: str, within: float
     giving_way(conn, lambda: conn.execute(statement), wait_ms=100, pause=0.05, within=within)
 
 
+def rows_read(conn: psycopg.Connection, relation: str = "jobs_live") -> int:
+    """The rows of ``relation`` this transaction has read so far: by sequential scans,
+    and fetched through its indexes (pg_stat_xact_user_tables, PostgreSQL's own count).
+    Call it before and after a statement, in one transaction, for what the statement
+    read."""
+    return conn.execute(
+        "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint FROM pg_stat_xact_user_tables "
+        "WHERE relname = %s", (relation,)).fetchone()[0]
+
+
 def scalar(conn: psycopg.Connection, query: str, *params: object) -> object:
     """The first column of the first row, or None without a row."""
     row = conn.execute(query, params).fetchone()
