@@ -50,9 +50,9 @@ def keyed(conn: psycopg.Connection, *keys: str) -> list[int]:
 def planned_on_an_empty_queue(conn: psycopg.Connection, session: psycopg.Connection) -> None:
     """jobs_live analysed while empty (as autovacuum does once a drain has emptied it),
     then enough claims of ``session`` on the empty queue, both kinds, for PostgreSQL to
-    keep a generic plan of each statement (after five calls)."""
+    keep a generic plan of each statement (from the sixth call on)."""
     conn.execute("ANALYZE jobs_live")
-    for _ in range(7):
+    for _ in range(10):
         claim(session)
         with session.transaction():
             claim(session, freed=[NO_SLOT])
