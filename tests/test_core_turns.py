@@ -5,6 +5,7 @@ workers whose jobs wait on I/O are not held back."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
@@ -25,14 +26,36 @@ from support.waiting import wait_for
 FORK = multiprocessing.get_context("fork")
 
 
-def _hold(tokens: CoreTokens, took) -> None:
+class Answers:
+    """What the children say, each on a pipe of its own: a child killed (SIGKILL) while
+    it held a shared queue's write lock left the lock taken, and the next children's
+    answers never came (a multiprocessing.Queue)."""
+
+    def __init__(self) -> None:
+        self.pipes: list = []
+
+    def pipe(self):
+        """A new child's end; this side is kept to read its answer."""
+        mine, theirs = FORK.Pipe(duplex=False)
+        self.pipes.append(mine)
+        return theirs
+
+    def get(self, timeout: float) -> tuple[int, bool]:
+        """The next answer of any child, waiting up to ``timeout`` seconds."""
+        ready = multiprocessing.connection.wait(self.pipes, timeout)
+        assert ready, f"no child answered within {timeout} s"
+        self.pipes.remove(ready[0])
+        return ready[0].recv()
+
+
+def _hold(tokens: CoreTokens, answer) -> None:
     """In a child: try for a token, say whether it was had, and hold on (until killed)."""
-    took.put((os.getpid(), tokens.take()))
+    answer.send((os.getpid(), tokens.take()))
     time.sleep(60)
 
 
-def _holders(tokens: CoreTokens, took, n: int) -> list:
-    children = [FORK.Process(target=_hold, args=(tokens, took)) for _ in range(n)]
+def _holders(tokens: CoreTokens, took: Answers, n: int) -> list:
+    children = [FORK.Process(target=_hold, args=(tokens, took.pipe())) for _ in range(n)]
     for child in children:
         child.start()
     return children
@@ -46,7 +69,7 @@ def _kill(*children) -> None:
 
 @pytest.mark.daemon
 def test_no_more_processes_hold_a_token_than_there_are_tokens_and_a_killed_holder_frees_its_own():
-    tokens, took = CoreTokens(2), FORK.Queue()
+    tokens, took = CoreTokens(2), Answers()
     children = _holders(tokens, took, 4)
     answers = dict(took.get(timeout=10) for _ in children)
     assert sorted(answers.values()) == [False, False, True, True]
@@ -58,7 +81,7 @@ def test_no_more_processes_hold_a_token_than_there_are_tokens_and_a_killed_holde
 
 @pytest.mark.daemon
 def test_a_token_given_back_is_had_by_the_next_process_and_zero_tokens_hold_back_nobody():
-    tokens, took = CoreTokens(1), FORK.Queue()
+    tokens, took = CoreTokens(1), Answers()
     assert tokens.take() and tokens.held  # this process
     first = _holders(tokens, took, 1)
     assert took.get(timeout=10)[1] is False
@@ -88,7 +111,7 @@ def _turns(tokens: CoreTokens) -> Turns:
 
 @pytest.mark.daemon
 def test_a_first_claim_goes_without_a_token_while_one_is_free_and_waits_for_one_while_all_are_held():
-    tokens, took = Counted(1), FORK.Queue()
+    tokens, took = Counted(1), Answers()
     turns = _turns(tokens)
     assert turns.take(False, flush=lambda: None, first=True)
     assert not tokens.held  # one was free: not kept for a claim of one job
@@ -116,7 +139,7 @@ def _kill_after(pid: int, seconds: float) -> None:
 
 @pytest.mark.daemon
 def test_a_worker_waiting_for_a_token_looks_less_and_less_often_and_still_takes_one_soon_after_it_is_free():
-    tokens, took = Counted(1), FORK.Queue()
+    tokens, took = Counted(1), Answers()
     holder = _holders(tokens, took, 1)
     assert took.get(timeout=10)[1] is True
     killer = FORK.Process(target=_kill_after, args=(holder[0].pid, 1.0))
