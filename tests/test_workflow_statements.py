@@ -6,7 +6,6 @@ statement, however many of its parents the statement finished; a savepoint rolle
 takes its tally rows and its round with it; the join of the two transition tables is never
 a nested loop kept from a session's first, one-row call (migration 0024)."""
 
-import json
 import time
 
 import psycopg
@@ -14,7 +13,7 @@ import pytest
 
 import jobq
 from jobq.jobs import leases
-from support.db import rows_read, scalar
+from support.db import scalar
 from support.waiting import wait_for
 from jobq.store import statistics
 from jobq.store.sql.workflows import WORKFLOW_RECOUNT_PARENTS, WORKFLOW_RETRY
@@ -320,34 +319,3 @@ def test_retrying_a_wide_workflow_looks_its_retried_steps_up_by_name(conn):
     retried = jobq.retry_workflow(run.id, conn=conn)
     assert jobq.get(retried.jobs[root].id, conn=conn).status == "pending"
     assert jobq.counts(conn=conn).depth["waiting"] == width + 1
-
-
-def test_a_spawn_finds_its_step_and_edges_by_key_after_plans_made_on_empty_tables(conn):
-    """The spawn trigger (schema 34): a worker session whose first spawning outcomes met
-    empty, analysed-empty workflow tables keeps generic plans made for empty tables; with
-    a workflow of 5,000 steps enqueued since, a spawn reads its step and its edges by
-    key, not every step and edge (the kept plan read them all, sequential scans)."""
-    conn.execute("ANALYZE jobq_workflow_steps")
-    conn.execute("ANALYZE jobq_workflow_edges")
-    spawned = json.dumps({"jobq:result": None, "jobq:spawn": [
-        {"name": "extra", "type": "wf_step", "queue": "spawned", "payload": {}, "priority": 5, "max_retries": 3}]})
-
-    def spawn_from_a_step(session) -> int:
-        wf = jobq.Workflow()
-        wf.add("wf_step", name="child", after=[wf.add("wf_step", name="parent")])
-        wf.enqueue(conn=conn)
-        (claimed,) = _claim(session, 1)
-        with session.transaction():
-            before = rows_read(session, "jobq_workflow_steps") + rows_read(session, "jobq_workflow_edges")
-            assert leases.complete(session, [claimed], [spawned], [0.0], lock_base=0).result() == set()
-            return rows_read(session, "jobq_workflow_steps") + rows_read(session, "jobq_workflow_edges") - before
-
-    with psycopg.connect(conn.info.dsn, autocommit=True) as session:
-        for _ in range(10):  # the session's generic plans, made while the tables are nearly empty (from the 6th call)
-            spawn_from_a_step(session)
-        wide = jobq.Workflow()
-        root = wide.add("wf_step", name="root", queue="elsewhere")
-        for i in range(5_000):
-            wide.add("wf_step", name=f"m{i}", after=[root], queue="elsewhere")
-        wide.enqueue(conn=conn)
-        assert spawn_from_a_step(session) <= 100
