@@ -125,6 +125,14 @@ def conn(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[psycopg
 
 
 @pytest.fixture
+def two_sessions(database_url: str) -> Iterator[tuple[psycopg.Connection, psycopg.Connection]]:
+    """Two autocommit sessions of their own, each a worker holding what it claims (its
+    advisory locks are the jobs it holds)."""
+    with psycopg.connect(database_url, autocommit=True) as a, psycopg.connect(database_url, autocommit=True) as b:
+        yield a, b
+
+
+@pytest.fixture
 def no_partitions(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """``conn``, with no range partition of finished jobs (every finished job lands in
     jobs_finished_default) before the test and none left after it: the tests that make

@@ -6,15 +6,13 @@ worker's) the slot is only freed and the claim of schema 25 decides."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
-import psycopg
 import pytest
 
 import jobq
 from jobq.jobs import leases, queues
 from jobq.limits import claims as limited
-from support.claims import LOCK_BASE, complete
+from support.claims import claim_under_limits, complete, keyed
 from support.db import scalar
 
 pytestmark = [pytest.mark.db, pytest.mark.limits]
@@ -22,40 +20,23 @@ pytestmark = [pytest.mark.db, pytest.mark.limits]
 SLOTS = "SELECT job_id, lease FROM jobq_limit_slots ORDER BY job_id"
 
 
-@pytest.fixture
-def sessions(database_url):
-    """Two claim sessions of their own (their advisory locks are the jobs they hold)."""
-    with psycopg.connect(database_url, autocommit=True) as a, psycopg.connect(database_url, autocommit=True) as b:
-        yield a, b
-
-
-def claim(conn, *, worker: str = "a", limit: int = 50, queues: Sequence[str] = ("default",),
-          freed: Sequence[leases.Claim] = ()) -> list[leases.Claim]:
-    return limited.claim(conn, list(queues), worker_id=worker, limit=limit, lock_base=LOCK_BASE, freed=freed).result()
-
-
 def complete_and_claim(conn, held: list[leases.Claim], **kwargs) -> list[leases.Claim]:
     """A worker's exchange: the outcomes of ``held`` (done) and its next claim, given the
     slots they free, in one transaction."""
     with conn.transaction():
         complete(conn, held)
-        return claim(conn, freed=limited.slotted(held), **kwargs)
+        return claim_under_limits(conn, freed=limited.slotted(held), **kwargs)
 
 
-def keyed(conn, *keys: str, **options) -> list[int]:
-    return [job.id for job in jobq.enqueue_many([{"type": "noop", "concurrency_key": k, **options} for k in keys],
-                                                conn=conn)]
-
-
-def test_a_key_freed_by_an_outcome_passes_to_its_next_job_ahead_of_earlier_jobs(conn, sessions):
+def test_a_key_freed_by_an_outcome_passes_to_its_next_job_ahead_of_earlier_jobs(conn, two_sessions):
     """k1 is held; its outcome passes k1's slot to k2, claimed first, though m (another
     key's, enqueued before k2) comes first in claim order; m is claimed after it, by the
     claim of what is left. The key keeps one slot, under k2's claim."""
-    a, _ = sessions
+    a, _ = two_sessions
     jobq.set_limit("k", concurrency=1, conn=conn)
     jobq.set_limit("m", concurrency=1, conn=conn)
     k1, m, k2, k3 = keyed(conn, "k", "m", "k", "k")
-    first = claim(a, limit=1)
+    first = claim_under_limits(a, limit=1)
     assert [c.job_id for c in first] == [k1]
     taken = complete_and_claim(a, first, limit=2)
     assert [c.job_id for c in taken] == [k2, m]
@@ -64,28 +45,28 @@ def test_a_key_freed_by_an_outcome_passes_to_its_next_job_ahead_of_earlier_jobs(
     assert scalar(conn, "SELECT status FROM jobs WHERE id = %s", k3) == "pending"
 
 
-def test_a_passed_key_is_never_free_to_another_claim_before_or_after_the_commit(conn, sessions):
-    a, b = sessions
+def test_a_passed_key_is_never_free_to_another_claim_before_or_after_the_commit(conn, two_sessions):
+    a, b = two_sessions
     jobq.set_limit("k", concurrency=1, conn=conn)
     k1, k2, _ = keyed(conn, "k", "k", "k")
-    held = claim(a)
+    held = claim_under_limits(a)
     assert [c.job_id for c in held] == [k1]
     with a.transaction():
         complete(a, held)
-        passed = claim(a, freed=limited.slotted(held))
+        passed = claim_under_limits(a, freed=limited.slotted(held))
         assert [c.job_id for c in passed] == [k2]
-        assert claim(b, worker="b") == []  # the outcome and the pass not committed yet
-    assert claim(b, worker="b") == []  # committed: k2 holds the key
+        assert claim_under_limits(b, worker="b") == []  # the outcome and the pass not committed yet
+    assert claim_under_limits(b, worker="b") == []  # committed: k2 holds the key
 
 
-def test_a_key_whose_slots_are_above_a_lowered_limit_passes_nothing_on(conn, sessions):
+def test_a_key_whose_slots_are_above_a_lowered_limit_passes_nothing_on(conn, two_sessions):
     """Two of k's jobs run at concurrency 2; the rule drops to 1: their outcomes pass
     neither slot on, and the claim of what is left takes one job of k (running jobs
     finished first)."""
-    a, _ = sessions
+    a, _ = two_sessions
     jobq.set_limit("k", concurrency=2, conn=conn)
     keyed(conn, *["k"] * 5)
-    held = claim(a)
+    held = claim_under_limits(a)
     assert len(held) == 2
     jobq.set_limit("k", concurrency=1, conn=conn)
     taken = complete_and_claim(a, held)
@@ -94,20 +75,20 @@ def test_a_key_whose_slots_are_above_a_lowered_limit_passes_nothing_on(conn, ses
 
 
 @pytest.mark.parametrize("setup", ["rate on the key", "queue paused", "queue fair", "queue rate", "queue concurrency"])
-def test_a_slot_is_only_freed_where_passing_it_on_would_skip_what_the_claim_decides(conn, sessions, setup):
+def test_a_slot_is_only_freed_where_passing_it_on_would_skip_what_the_claim_decides(conn, two_sessions, setup):
     """k1 is held, m (another key's) comes before k2 in claim order. In each case k1's
     outcome frees its slot without passing it on, so the claim of two more jobs takes m
     and k2 in claim order, as the claim of schema 25 decides (which records a rate's
     starts, takes a fair queue's turns, counts the queue's slots; passed on, k2 would
     come first), or nothing from a paused queue."""
-    a, _ = sessions
+    a, _ = two_sessions
     jobq.set_limit("k", concurrency=1, rate="100/m" if setup == "rate on the key" else None, conn=conn)
     jobq.set_limit("m", concurrency=1, conn=conn)
     option = {"queue fair": {"fair": True}, "queue rate": {"rate": "1000/m"}, "queue concurrency": {"concurrency": 10}}
     if setup in option:
         jobq.set_queue_limits("default", **option[setup], conn=conn)
     k1, m, k2 = keyed(conn, "k", "m", "k")
-    held = claim(a, limit=1)
+    held = claim_under_limits(a, limit=1)
     assert [c.job_id for c in held] == [k1]
     if setup == "queue paused":
         queues.pause("default", conn=conn)
@@ -117,11 +98,11 @@ def test_a_slot_is_only_freed_where_passing_it_on_would_skip_what_the_claim_deci
         assert scalar(conn, "SELECT sum(n) FROM jobq_limit_starts WHERE scope = 'key k'") == 2
 
 
-def test_a_worker_passes_nothing_on_in_a_queue_it_no_longer_serves(conn, sessions):
-    a, _ = sessions
+def test_a_worker_passes_nothing_on_in_a_queue_it_no_longer_serves(conn, two_sessions):
+    a, _ = two_sessions
     jobq.set_limit("k", concurrency=1, conn=conn)
     _, k2 = keyed(conn, "k", "k")
-    held = claim(a)
+    held = claim_under_limits(a)
     assert complete_and_claim(a, held, queues=("elsewhere",)) == []
     assert scalar(conn, "SELECT status FROM jobs WHERE id = %s", k2) == "pending"
     assert scalar(conn, "SELECT count(*) FROM jobq_limit_slots") == 0
@@ -145,15 +126,15 @@ def test_a_worker_passes_keys_on_for_pass_for_seconds_then_claims_looking_at_eve
     assert gate.claim_for(None, ["default"]).keywords["pass_on"] is False
 
 
-def test_a_claim_looks_past_due_jobs_whose_keys_are_all_full(conn, sessions):
+def test_a_claim_looks_past_due_jobs_whose_keys_are_all_full(conn, two_sessions):
     """The first 200 due jobs are all of 50 keys another worker holds; the free keys' jobs
     come after them. The claim's first pass takes nothing, its next reads past those keys
     and takes the free keys' jobs (schema 30; before, it took nothing until the held keys'
     backlog had drained)."""
-    a, b = sessions
+    a, b = two_sessions
     jobq.set_limit("t*", concurrency=1, conn=conn)
     keyed(conn, *[f"t{i}" for i in range(50)] * 5)  # 250 due jobs, 5 of each held key
     free = keyed(conn, *[f"tfree{i}" for i in range(10)])
-    assert len(claim(b, worker="b")) == 50  # one job of each t0..t49: every one of those keys held
-    taken = claim(a)
+    assert len(claim_under_limits(b, worker="b")) == 50  # one job of each t0..t49: every one of those keys held
+    taken = claim_under_limits(a)
     assert sorted(c.job_id for c in taken) == free

@@ -6,7 +6,7 @@ the claim alone."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import psycopg
@@ -15,7 +15,7 @@ import pytest
 import jobq
 from jobq.jobs import leases
 from jobq.limits import claims as limited
-from support.claims import LOCK_BASE, complete
+from support.claims import claim_under_limits, complete, keyed
 from support.db import rows_read
 
 pytestmark = [pytest.mark.db, pytest.mark.limits]
@@ -25,26 +25,11 @@ READ_BOUND = 1_000  # rows a claim may read: its first 200 candidates, probes of
 NO_SLOT = SimpleNamespace(job_id=0, lease=0, locked=False, slotted=True)  # freed: a slot that is not there
 
 
-@pytest.fixture
-def sessions(database_url):
-    """Two claim sessions of their own (their advisory locks are the jobs they hold)."""
-    with psycopg.connect(database_url, autocommit=True) as a, psycopg.connect(database_url, autocommit=True) as b:
-        yield a, b
-
-
-def claim(conn: psycopg.Connection, *, worker: str = "a", freed: Sequence[leases.Claim] = ()) -> list[leases.Claim]:
-    return limited.claim(conn, ["default"], worker_id=worker, limit=50, lock_base=LOCK_BASE, freed=freed).result()
-
-
 def read_by(conn: psycopg.Connection, action: Callable[[], list[leases.Claim]]) -> tuple[list[leases.Claim], int]:
     """``action()`` in the caller's transaction, and the rows of jobs_live it read."""
     before = rows_read(conn)
     result = action()
     return result, rows_read(conn) - before
-
-
-def keyed(conn: psycopg.Connection, *keys: str) -> list[int]:
-    return [job.id for job in jobq.enqueue_many([{"type": "noop", "concurrency_key": k} for k in keys], conn=conn)]
 
 
 def planned_on_an_empty_queue(conn: psycopg.Connection, session: psycopg.Connection) -> None:
@@ -53,53 +38,53 @@ def planned_on_an_empty_queue(conn: psycopg.Connection, session: psycopg.Connect
     keep a generic plan of each statement (from the sixth call on)."""
     conn.execute("ANALYZE jobs_live")
     for _ in range(10):
-        claim(session)
+        claim_under_limits(session)
         with session.transaction():
-            claim(session, freed=[NO_SLOT])
+            claim_under_limits(session, freed=[NO_SLOT])
 
 
-def test_a_claim_behind_one_keys_long_backlog_walks_the_keys_instead_of_reading_it(conn, sessions):
+def test_a_claim_behind_one_keys_long_backlog_walks_the_keys_instead_of_reading_it(conn, two_sessions):
     """Key a's 5,000 due jobs come first and a's slot is held; b's job comes last: the
     claim takes b's job, reading past a's backlog by probes of the keys' index, not row by
     row (schema 30 read every one of a's jobs, twice)."""
-    a, b = sessions
+    a, b = two_sessions
     jobq.set_limit("*", concurrency=1, conn=conn)
     keyed(conn, *["a"] * BACKLOG)
     (b_job,) = keyed(conn, "b")
-    assert [c.job.concurrency_key for c in claim(b, worker="b")] == ["a"]  # a pass that took something ends
+    assert [c.job.concurrency_key for c in claim_under_limits(b, worker="b")] == ["a"]  # a pass that took something ends
     with a.transaction():
-        taken, read = read_by(a, lambda: claim(a))
+        taken, read = read_by(a, lambda: claim_under_limits(a))
     assert [c.job_id for c in taken] == [b_job]
     assert read <= READ_BOUND
 
 
-def test_a_key_passed_on_behind_another_keys_long_backlog_is_found_by_its_index(conn, sessions):
+def test_a_key_passed_on_behind_another_keys_long_backlog_is_found_by_its_index(conn, two_sessions):
     """b's next job comes after a's 5,000: the claim that passes b's slot on finds it
     through jobs_pending_key_idx, whatever plan the session kept from an empty queue."""
-    a, b = sessions
+    a, b = two_sessions
     jobq.set_limit("*", concurrency=1, conn=conn)
     planned_on_an_empty_queue(conn, a)
     keyed(conn, *["a"] * BACKLOG)
     b_first, b_next = keyed(conn, "b", "b")
-    held = claim(a) + claim(a)  # a's first job, then b's (the second claim walks past a's backlog)
+    held = claim_under_limits(a) + claim_under_limits(a)  # a's first job, then b's (the second claim walks past a's backlog)
     assert [c.job.concurrency_key for c in held] == ["a", "b"] and held[1].job_id == b_first
-    assert claim(b, worker="b") == []  # every key held by a
+    assert claim_under_limits(b, worker="b") == []  # every key held by a
     with a.transaction():
         complete(a, held)
-        passed, read = read_by(a, lambda: claim(a, freed=limited.slotted(held)))
+        passed, read = read_by(a, lambda: claim_under_limits(a, freed=limited.slotted(held)))
     assert b_next in [c.job_id for c in passed]
     assert read <= READ_BOUND
 
 
-def test_a_claim_planned_on_an_empty_queue_reads_the_first_due_jobs_of_a_backlog_not_all(conn, sessions):
+def test_a_claim_planned_on_an_empty_queue_reads_the_first_due_jobs_of_a_backlog_not_all(conn, two_sessions):
     """A worker idle on an analysed-empty queue keeps generic plans made for an empty
     table; a backlog of 5,000 jobs of 100 keys arrives: its claim still reads a range of
     the claim index (schema 30's kept plan read all 5,000, a sequential scan and a sort)."""
-    a, _ = sessions
+    a, _ = two_sessions
     jobq.set_limit("t*", concurrency=1, conn=conn)
     planned_on_an_empty_queue(conn, a)
     keyed(conn, *[f"t{i % 100}" for i in range(BACKLOG)])
     with a.transaction():
-        taken, read = read_by(a, lambda: claim(a))
+        taken, read = read_by(a, lambda: claim_under_limits(a))
     assert len(taken) == 50
     assert read <= READ_BOUND

@@ -8,7 +8,9 @@ from typing import TypeVar
 
 import psycopg
 
+import jobq
 from jobq.jobs import leases
+from jobq.limits import claims as limited
 from jobq.store import connections
 from jobq.store import locks
 from jobq.handlers import execution
@@ -46,11 +48,24 @@ def complete(conn: psycopg.Connection, claimed: Sequence[leases.Claim]) -> set[i
 
 
 
+def claim_under_limits(
+    conn: psycopg.Connection, *, worker: str = "a", limit: int = 50, queues: Sequence[str] = ("default",),
+    freed: Sequence[leases.Claim] = (),
+) -> list[leases.Claim]:
+    """A worker's claim under limits (jobq.limits.claims), passing on the slots of ``freed``
+    (claims whose outcomes the caller's transaction has just written)."""
+    return limited.claim(conn, list(queues), worker_id=worker, limit=limit, lock_base=LOCK_BASE, freed=freed).result()
+
+
+def keyed(conn: psycopg.Connection, *keys: str, **options: object) -> list[int]:
+    """Noop jobs, one a key given, in that order, each with ``options``; their ids."""
+    jobs = [{"type": "noop", "concurrency_key": k, **options} for k in keys]
+    return [job.id for job in jobq.enqueue_many(jobs, conn=conn)]
+
+
 def complete_freeing_slots(conn: psycopg.Connection, claimed: Sequence[leases.Claim]) -> None:
     """A worker's outcome of jobs claimed under limits (jobq.limits.claims): done, and
     their slots freed, in one transaction."""
-    from jobq.limits import claims as limited
-
     with conn.transaction():
         limited.release_slots(conn, limited.slotted(claimed))
         complete(conn, claimed)
