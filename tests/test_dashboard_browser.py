@@ -217,9 +217,9 @@ def test_dead_letters_are_replayed_when_selected_and_discarded_by_group(page: Br
     page.open("/dashboard/dead-letter")
     assert page.text(f"tr[data-group='{group}'] td.num") == "5"
     page.click(f"tr[data-group='{group}'] td a")
-    boxes = page.find_all("#letter-rows input[name=selected]")
-    boxes[0].click()
-    boxes[1].click()
+    wait_for(lambda: len(page.find_all("#letter-rows input[name=selected]")) == 5, 10, "the group's five letters")
+    for row in (1, 2):  # each box found as it is clicked: the live refresh may replace the rows in between
+        page.click(f"#letter-rows tr:nth-child({row}) input[name=selected]")
     assert page.text("#selection-count") == "2 selected"
     page.click("button[data-confirm-selected=Replay]")
     alert = page.driver.switch_to.alert
