@@ -1,0 +1,26 @@
+-- jobq schema 35: the edges' child index is led by the child, so that a step's edges by
+-- parent are read through the primary key alone, whatever the statistics say.
+--
+-- Found by a workflow of 3,000 steps enqueued beside 300 small ones (two steps each), the
+-- statistics accurate (PostgreSQL 16, tests/test_workflow_statements.py): cancelling it
+-- read 18,006,000 edges (1.3 s), and each fan-in batch of 500 of its steps 3,000,000
+-- (0.2 s; a batch of a 10,000-wide fan-in would read 10,000,000). Settling a finished
+-- step's edges (jobq_workflow_finished: edges by workflow and parent) could be served by
+-- the primary key (workflow_id, parent, child) or, by its first column alone, by schema
+-- 15's child index (workflow_id, child). Statistics that count a couple of edges a
+-- workflow make both reads look alike to the planner, and it chose the child index: every
+-- edge of the workflow read again for each finished step. The same choice was possible
+-- under other statistics too (a table believed empty, or analysed once a queue's
+-- workflows had all finished); schema 31 and the maintenance leader's analysis of stale
+-- statistics made it rarer, not impossible (a test of cancelling 4,000 steps once took
+-- 8.6 s in CI).
+--
+-- Led by the child, the index serves only reads that name the child, as every read by
+-- child does (the release's parents' results, the recount of a retry, the tally, the
+-- foreign key's cascade from a deleted step), with both columns as before; a read by
+-- parent has the primary key alone. Same name, same columns in another order: statements
+-- of the previous release read through it unchanged. Built while the migration holds
+-- the table (a SHARE lock: writes to the edges wait for the build, 0.2 s for a million
+-- edges here).
+DROP INDEX jobq_workflow_edges_child_idx;
+CREATE INDEX jobq_workflow_edges_child_idx ON jobq_workflow_edges (child, workflow_id);
