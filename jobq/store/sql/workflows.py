@@ -106,9 +106,10 @@ WORKFLOW_STATUS = (
 # leaving jobs_waiting settles its edges). The rows are locked in id order; the status
 # is rechecked on the latest version. Returns the ids changed. The jobs are read by id
 # (`= ANY` of the steps' job ids, then of the locked ones), not joined with the steps or
-# the locked set: a join the planner orders from its guesses can compare every pair (a
-# cancel of 4,000 waiting steps once took 8.6 s in a CI run against 80 ms, not
-# reproduced; this statement's two joins were the ones of that kind in the cancel).
+# the locked set: a join the planner orders from its guesses can compare every pair.
+# (A cancel of 4,000 waiting steps once took 8.6 s in a CI run against 80 ms: most
+# likely the settlement of the cancelled steps' edges reading every edge of the workflow
+# for each step through the child index, reproduced and made impossible by schema 35.)
 WORKFLOW_CANCEL_WAITING = (
     "WITH target AS (SELECT id FROM jobs WHERE status = 'waiting' AND id = ANY(ARRAY("
     "SELECT job_id FROM jobq_workflow_steps WHERE workflow_id = %(id)s)) ORDER BY id FOR UPDATE) "
