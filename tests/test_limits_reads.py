@@ -88,3 +88,24 @@ def test_a_claim_planned_on_an_empty_queue_reads_the_first_due_jobs_of_a_backlog
         taken, read = read_by(a, lambda: claim_under_limits(a))
     assert len(taken) == 50
     assert read <= READ_BOUND
+
+
+def test_a_free_key_behind_a_thousand_full_ones_in_key_order_is_found_within_a_few_claims(conn, two_sessions):
+    """1,000 keys at concurrency 1, each one's slot held (session a) with ten due jobs
+    behind it, and one job of a free key, last in key order. Schema 33's claim read its
+    first 200 due jobs, then walked the same first keys at every claim: the free key's job
+    was never taken, however often idle workers claimed. Schema 36's walk goes on from
+    where the session's last one stopped."""
+    a, b = two_sessions
+    keys = 1000
+    jobq.set_limit("k:*", concurrency=1, conn=conn)
+    keyed(conn, *[f"k:{i:04d}" for i in range(keys)])
+    assert len(claim_under_limits(a, limit=keys)) == keys
+    keyed(conn, *[f"k:{i % keys:04d}" for i in range(10 * keys)])
+    (free,) = keyed(conn, "k:zzzz")
+    claims = 0
+    taken: list[leases.Claim] = []
+    while not taken and claims < 8:  # each walks 200 keys on: the free one within five
+        taken = claim_under_limits(b, worker="b")
+        claims += 1
+    assert [c.job_id for c in taken] == [free], claims
