@@ -239,3 +239,24 @@ def test_an_idle_worker_looks_at_held_jobs_less_often_after_each_empty_claim_und
     gate.claimed(0)
     gate.rate_opens_in = 0.02  # a full rate's window opens sooner than the backoff: then
     assert gate.recheck_after(0.05) == 0.02
+
+
+@pytest.mark.unit
+def test_an_idle_worker_woken_for_jobs_its_keys_hold_back_waits_nine_times_its_empty_claim():
+    from jobq.limits.gate import HELD_RECHECK_MAX, HELD_WAKE_MIN, Gate
+
+    gate = Gate()
+    gate.claimed(0, 0.01)
+    assert gate.held_wake_gap() == 0.0  # no limit: woken, it claims at once
+    gate.limited = True
+    gate.claimed(0, 0.01)
+    assert gate.held_wake_gap() == 0.0  # limits but no rule on keys: its claims are cheap
+    gate.keyed = True
+    gate.claimed(0, 0.01)
+    assert 0.05 < gate.held_wake_gap() <= 0.09  # nine times 10 ms after that claim
+    gate.claimed(0, 0.001)
+    assert 0.0 < gate.held_wake_gap() <= HELD_WAKE_MIN  # never less than that after it
+    gate.claimed(0, 1.0)
+    assert HELD_RECHECK_MAX - 0.1 < gate.held_wake_gap() <= HELD_RECHECK_MAX
+    gate.claimed(5, 0.01)
+    assert gate.held_wake_gap() == 0.0  # a claim that took jobs: the next wake-up claims at once

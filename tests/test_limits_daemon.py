@@ -8,10 +8,13 @@ from __future__ import annotations
 import random
 import time
 
+import psycopg
 import pytest
 
 import jobq
+from jobq.limits import claims as limited
 from support import spans
+from support.claims import LOCK_BASE
 from support.daemon import alive, worker_pids
 from support.db import scalar
 from support.waiting import wait_for
@@ -192,3 +195,41 @@ def test_a_fair_queue_starts_a_late_keys_jobs_before_the_backlog_of_another(conn
     )
     print(f"A {backlog}, B {late}, W = {2 * supervisors}: A started {a_meanwhile} while B's started")
     assert a_meanwhile <= 4 * len(b), a_meanwhile
+
+
+CLAIMS_UNDER_LIMITS = (
+    "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'jobq_claim_limited'"
+)
+
+
+def test_idle_workers_answer_the_notifications_of_jobs_their_keys_hold_back_with_few_claims(conn, database_url, daemon):
+    # A claim under rules on keys that finds every due job held back re-decides each key it
+    # reads (8.8 ms with 1,000 keys held), and each notification of a new job woke an idle
+    # worker to make one: one claim a notification, 1.2 cores of PostgreSQL's for 100
+    # enqueues a second. A worker whose last claim took nothing now claims again, when
+    # woken, no sooner than nine times that claim's duration after it.
+    keys = 1000
+    jobq.set_limit("held:*", concurrency=1, conn=conn)
+    jobq.enqueue_many([{"type": "noop", "concurrency_key": f"held:{i}"} for i in range(keys)], conn=conn)
+    with psycopg.connect(database_url, autocommit=True) as holder:
+        held = limited.claim(holder, ["default"], worker_id="holder", limit=keys, lock_base=LOCK_BASE).result()
+        assert len(held) == keys  # every key's one slot held by this session's claims
+        # ten due jobs behind each: a claim reads its first 200, then walks the keys
+        jobq.enqueue_many([{"type": "noop", "concurrency_key": f"held:{i % keys}"} for i in range(10 * keys)],
+                          conn=conn)
+        before = scalar(conn, CLAIMS_UNDER_LIMITS)
+        workers = daemon(2, PGOPTIONS="-c track_functions=all")  # every claim of theirs counted
+        wait_for(lambda: scalar(conn, "SELECT count(*) FROM workers") == 2, 20, "two workers")
+        time.sleep(1.5)  # their gates have seen the rule, their first claims taken nothing
+        notified = 400
+        started = time.monotonic()
+        for i in range(notified):  # 160 a second, each alone: a notification each
+            jobq.enqueue("noop", concurrency_key=f"held:{i}", conn=conn)
+            time.sleep(max(0.0, started + (i + 1) / 160 - time.monotonic()))
+        free = jobq.enqueue("noop", concurrency_key="held:new", conn=conn)  # a key with its slot free
+        wait_for(lambda: jobq.get(free.id, conn=conn).status == "done", 5, "the free key's job done")
+        workers.stop()  # their statistics reach the server as their sessions end
+        time.sleep(1.0)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        claims = scalar(conn, CLAIMS_UNDER_LIMITS) - before
+    assert claims < 0.6 * notified, claims

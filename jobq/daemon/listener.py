@@ -165,7 +165,12 @@ class Listener:
     def heard(self) -> bool:
         """Whether a notification of ours ended the last wait: a hand-off not taken yet, or
         a wake-up."""
-        return bool(self._handed) or self.woken_by is not None
+        return self.handed or self.woken_by is not None
+
+    @property
+    def handed(self) -> bool:
+        """Whether a job was handed to this worker and not taken yet."""
+        return bool(self._handed)
 
     def take_handed(self) -> list[tuple[int, int]]:
         """The jobs handed to this worker that the notifications named so far, as (job id,

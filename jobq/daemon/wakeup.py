@@ -67,6 +67,10 @@ class SelfPipe:
         except BlockingIOError:
             pass  # already full of wake-ups
 
+    def pending(self) -> bool:
+        """Whether a wake-up waits in the pipe (not drained yet)."""
+        return bool(select.select([self.read_fd], [], [], 0)[0])
+
     def drain(self) -> None:
         """Forget the wake-ups so far."""
         try:

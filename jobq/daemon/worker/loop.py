@@ -31,6 +31,7 @@ import os
 import functools
 import signal
 import threading
+import time
 
 import psycopg
 
@@ -282,6 +283,7 @@ class WorkerLoop:
         self.board.mark(self.slot, self.listener.listening)
         try:
             self.listener.wait(timeout, [self.wakeup.read_fd], self.seat)
+            self.gather_held_wake_ups()
         finally:
             self.board.mark(self.slot, False)
             self.seat.forget()
@@ -289,6 +291,19 @@ class WorkerLoop:
         self.handed.waited()
         self.queues.woken(self.listener.woken_by)  # a queue may have appeared
         self.stop_if_orphaned()
+
+    def gather_held_wake_ups(self) -> None:
+        """Woken (by a notification, or to take over one left to a worker that slept) while
+        the last claim under rules on keys found every due job held back: go on listening,
+        idle (taking the notifications that arrive), until the gate's gap after that claim
+        has passed, so that one claim answers them all (jobq.limits.gate.HELD_WAKE_FACTOR).
+        A wake-up fd (a stop, a message from the supervisor) or a job handed to this worker
+        ends the wait at once."""
+        woken_by = self.listener.woken_by
+        while (gap := self.gate.held_wake_gap()) > 0 and not self.listener.handed and not self.wakeup.pending():
+            self.listener.wait(gap, [self.wakeup.read_fd], self.seat)
+            woken_by = woken_by or self.listener.woken_by
+        self.listener.woken_by = woken_by  # what woke the worker, whatever ended the gap
 
     def stop_if_orphaned(self) -> None:
         """After a wait: a worker whose supervisor is gone stops."""
@@ -375,6 +390,7 @@ class WorkerLoop:
 
         # The claimed jobs are in flight before the session's lock is let go: a reconnect
         # in between would give back, as orphans, jobs this worker is about to run.
+        started = time.monotonic()
         with tracing.span("jobq claim", **{"jobq.claim.limit": limit}), self.session.lock:
             if self.in_flight.held():  # outcomes may be waiting (a job is let go once its outcome is written)
                 claimed = self.outcomes.write(self.session, also=claim_and_ask) or []
@@ -384,7 +400,7 @@ class WorkerLoop:
                 claimed = self.session.run(lambda conn, _: claim(conn, freed=[]).result())
             refused = self.in_flight.hold(claimed)
         self.last_claim_short = len(claimed) < limit
-        self.gate.claimed(len(claimed))
+        self.gate.claimed(len(claimed), time.monotonic() - started)
         self.backlog.claimed(self.session, len(claimed), limit)
         if log.isEnabledFor(logging.DEBUG):  # per job: not even a record at INFO
             for job in claimed:
