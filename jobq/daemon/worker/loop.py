@@ -39,7 +39,7 @@ from jobq.jobs import leases
 from jobq.store import locks
 from jobq.jobs.leases import Claim
 from jobq.limits.gate import Gate
-from jobq.daemon.worker import backlog, control, outcomes, registration
+from jobq.daemon.worker import backlog, control, held, outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
 from jobq.handlers import coroutines, execution
 from jobq.observe import tracing
@@ -283,7 +283,7 @@ class WorkerLoop:
         self.board.mark(self.slot, self.listener.listening)
         try:
             self.listener.wait(timeout, [self.wakeup.read_fd], self.seat)
-            self.gather_held_wake_ups()
+            held.gather_wake_ups(self.listener, self.gate, self.wakeup, self.seat)  # jobs its keys hold back
         finally:
             self.board.mark(self.slot, False)
             self.seat.forget()
@@ -291,19 +291,6 @@ class WorkerLoop:
         self.handed.waited()
         self.queues.woken(self.listener.woken_by)  # a queue may have appeared
         self.stop_if_orphaned()
-
-    def gather_held_wake_ups(self) -> None:
-        """Woken (by a notification, or to take over one left to a worker that slept) while
-        the last claim under rules on keys found every due job held back: go on listening,
-        idle (taking the notifications that arrive), until the gate's gap after that claim
-        has passed, so that one claim answers them all (jobq.limits.gate.HELD_WAKE_FACTOR).
-        A wake-up fd (a stop, a message from the supervisor) or a job handed to this worker
-        ends the wait at once."""
-        woken_by = self.listener.woken_by
-        while (gap := self.gate.held_wake_gap()) > 0 and not self.listener.handed and not self.wakeup.pending():
-            self.listener.wait(gap, [self.wakeup.read_fd], self.seat)
-            woken_by = woken_by or self.listener.woken_by
-        self.listener.woken_by = woken_by  # what woke the worker, whatever ended the gap
 
     def stop_if_orphaned(self) -> None:
         """After a wait: a worker whose supervisor is gone stops."""
