@@ -179,3 +179,10 @@ def test_workflow_cpu_benchmark_finishes_every_step_and_job_in_each_round(run):
     (round_,) = report["rounds"]
     assert set(round_) == {"root_ms", "middle_and_sink_ms", "independent_ms"}
     assert all(value >= 0 for value in round_.values())
+
+
+def test_held_benchmark_counts_the_idle_workers_claims_and_times_a_free_keys_job(run):
+    report = run("held.py", "--keys", "50", "--behind", "2", "--rate", "50", "--seconds", "1", "--workers", "1")
+    assert report["notifications"] >= 40 and report["postgres_cores"] >= 0
+    assert report["claims"] >= 1  # the suite's user is a superuser: counted
+    assert report["free_key_done_s"] is not None  # done within the script's 30 s
