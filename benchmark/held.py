@@ -2,8 +2,8 @@
 at concurrency 1 (a rule held:* = 1), each key's one slot held by a session of this script
 (as by a long run), --behind due jobs behind each, `jobq worker --concurrency W` idle, and
 jobs of those keys enqueued one a call at --rate a second for --seconds (a notification
-each). Reported: PostgreSQL's CPU over those seconds (every process of the server, from
-/proc), the claims under limits the workers made while they ran (pg_stat_user_functions, with
+each). Reported: PostgreSQL's CPU over those seconds (the server's postmaster and its
+processes, from /proc), the claims under limits the workers made while they ran (pg_stat_user_functions, with
 track_functions on for their sessions, counted once they have ended; None unless this
 script's user is a superuser), and how long a job of a key with its slot free then took to
 be done.
@@ -13,8 +13,8 @@ be done.
 
 A claim under rules on keys that finds every due job held back walks many keys (8.8 ms with
 1,000 held); idle workers now answer the notifications of such jobs with one claim a gap
-(jobq.limits.gate.HELD_WAKE_FACTOR). The server's processes are found in /proc by name:
-run it with the server on this machine (without --database-url an embedded PostgreSQL 16 is
+(jobq.limits.gate.HELD_WAKE_FACTOR). The server's processes are read from /proc: run it
+with the server on this machine (without --database-url an embedded PostgreSQL 16 is
 started for the run).
 """
 
@@ -35,20 +35,30 @@ CLAIMS = "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHE
 SUPERUSER = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
 
 
-def postgres_cpu_seconds() -> float:
-    """User and system CPU of every process named postgres on this machine, so far."""
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the process's name (state, ppid, ...)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            line = stat.read()
+    except OSError:
+        return None  # ended meanwhile
+    return line[line.rindex(")") + 2:].split()
+
+
+def server_cpu_seconds(conn: psycopg.Connection) -> float:
+    """User and system CPU of the server ``conn`` is on, so far: its postmaster, with the
+    children it has reaped, and each of its live children (the server on this machine)."""
+    backend = _stat(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+    assert backend is not None, "the server is not on this machine"
+    postmaster = backend[1]
+    fields = _stat(postmaster) or []
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    total = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                line = stat.read()
-        except OSError:
-            continue  # ended meanwhile
-        name, fields = line[line.index("(") + 1:line.rindex(")")], line[line.rindex(")") + 2:].split()
-        if name.startswith("postgres"):
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        child = _stat(pid)
+        if child is not None and child[1] == postmaster:
+            total += int(child[11]) + int(child[12])
+    return total / tick
 
 
 def main() -> None:
@@ -75,12 +85,12 @@ def main() -> None:
             claims_before = conn.execute(CLAIMS).fetchone()[0] if counted else 0
             with stack.workers(url, args.workers, env=env, log_name="worker-held"):
                 time.sleep(2.0)  # booted, the rule seen, their first claims made
-                cpu_before, started, sent = postgres_cpu_seconds(), time.monotonic(), 0
+                cpu_before, started, sent = server_cpu_seconds(conn), time.monotonic(), 0
                 while (elapsed := time.monotonic() - started) < args.seconds:
                     jobq.enqueue("noop", concurrency_key=keys[sent % args.keys], conn=conn)
                     sent += 1
                     time.sleep(max(0.0, started + sent / args.rate - time.monotonic()))
-                cores = (postgres_cpu_seconds() - cpu_before) / elapsed
+                cores = (server_cpu_seconds(conn) - cpu_before) / elapsed
                 free = jobq.enqueue("noop", concurrency_key="held:free", conn=conn)
                 free_at = time.monotonic()
                 while jobq.get(free.id, conn=conn).status != "done" and time.monotonic() - free_at < 30:
