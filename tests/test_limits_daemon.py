@@ -227,7 +227,7 @@ def test_idle_workers_answer_the_notifications_of_jobs_their_keys_hold_back_with
             jobq.enqueue("noop", concurrency_key=f"held:{i}", conn=conn)
             time.sleep(max(0.0, started + (i + 1) / 160 - time.monotonic()))
         free = jobq.enqueue("noop", concurrency_key="held:new", conn=conn)  # a key with its slot free
-        wait_for(lambda: jobq.get(free.id, conn=conn).status == "done", 5, "the free key's job done")
+        wait_for(lambda: jobq.get(free.id, conn=conn).status == "done", 15, "the free key's job done")
         workers.stop()  # their statistics reach the server as their sessions end
         time.sleep(1.0)
         conn.execute("SELECT pg_stat_clear_snapshot()")
