@@ -44,6 +44,14 @@ def slot_of(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT jobq_counter_slot()").fetchone()[0]  # type: ignore[index]
 
 
+def slot_held(conn: psycopg.Connection, slot: int) -> bool:
+    """Whether a session holds ``slot`` (its advisory lock, two-key form)."""
+    return conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND database = "
+        "(SELECT oid FROM pg_database WHERE datname = current_database()) AND objsubid = 2 AND objid = %s)", (slot,)
+    ).fetchone()[0]  # type: ignore[index]
+
+
 def app_slot(conn: psycopg.Connection) -> int:
     """An application session's slot, by definition (before schema 4, every session's)."""
     return conn.execute("SELECT pg_backend_pid() % 16").fetchone()[0]  # type: ignore[index]
@@ -118,6 +126,9 @@ def test_jobq_sessions_take_distinct_slots_from_16_up_and_free_them_on_close(con
         assert len(set(slots)) == 3 and min(slots) >= APP_SLOTS
         # The slot is the session's for its life: asking again gives the same one.
         assert a.execute("SELECT jobq_counter_slot_take(%s)", (LOCK_BASE,)).fetchone()[0] == slots[0]
+        # c's server process ends after its connection is closed: a CI run's d came first
+        assert slot_held(conn, slots[0])  # a's, open: seen
+        wait_for(lambda: not slot_held(conn, freed), 10, "the closed session's slot let go")
         with claim_session(database_url, "d") as d:
             assert slot_of(d) <= freed and slot_of(d) not in slots[:2]  # reused, never shared
 
