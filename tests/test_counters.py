@@ -14,6 +14,7 @@ import pytest
 
 import jobq
 from support.claims import LOCK_BASE, claim, complete, fail
+from support.db import THIS_DATABASE_LOCKS
 from support.waiting import wait_for
 from jobq.jobs import leases
 from jobq.daemon.worker.flight import InFlight
@@ -47,8 +48,8 @@ def slot_of(conn: psycopg.Connection) -> int:
 def slot_held(conn: psycopg.Connection, slot: int) -> bool:
     """Whether a session holds ``slot`` (its advisory lock, two-key form)."""
     return conn.execute(
-        "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND database = "
-        "(SELECT oid FROM pg_database WHERE datname = current_database()) AND objsubid = 2 AND objid = %s)", (slot,)
+        f"SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND {THIS_DATABASE_LOCKS} "
+        "AND objsubid = 2 AND objid = %s)", (slot,)
     ).fetchone()[0]  # type: ignore[index]
 
 

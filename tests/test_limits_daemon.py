@@ -12,9 +12,8 @@ import psycopg
 import pytest
 
 import jobq
-from jobq.limits import claims as limited
 from support import spans
-from support.claims import LOCK_BASE
+from support.claims import claim_under_limits, keyed
 from support.daemon import alive, worker_pids
 from support.db import scalar
 from support.waiting import wait_for
@@ -210,13 +209,12 @@ def test_idle_workers_answer_the_notifications_of_jobs_their_keys_hold_back_with
     # woken, no sooner than nine times that claim's duration after it.
     keys = 1000
     jobq.set_limit("held:*", concurrency=1, conn=conn)
-    jobq.enqueue_many([{"type": "noop", "concurrency_key": f"held:{i}"} for i in range(keys)], conn=conn)
+    held_keys = [f"held:{i}" for i in range(keys)]
+    keyed(conn, *held_keys)
     with psycopg.connect(database_url, autocommit=True) as holder:
-        held = limited.claim(holder, ["default"], worker_id="holder", limit=keys, lock_base=LOCK_BASE).result()
+        held = claim_under_limits(holder, worker="holder", limit=keys)
         assert len(held) == keys  # every key's one slot held by this session's claims
-        # ten due jobs behind each: a claim reads its first 200, then walks the keys
-        jobq.enqueue_many([{"type": "noop", "concurrency_key": f"held:{i % keys}"} for i in range(10 * keys)],
-                          conn=conn)
+        keyed(conn, *held_keys * 10)  # ten due jobs behind each: a claim reads its first 200, then walks the keys
         before = scalar(conn, CLAIMS_UNDER_LIMITS)
         workers = daemon(2, PGOPTIONS="-c track_functions=all")  # every claim of theirs counted
         wait_for(lambda: scalar(conn, "SELECT count(*) FROM workers") == 2, 20, "two workers")

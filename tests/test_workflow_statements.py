@@ -13,7 +13,7 @@ import pytest
 
 import jobq
 from jobq.jobs import leases
-from support.db import scalar
+from support.db import rows_read, scalar
 from support.waiting import wait_for
 from jobq.store import statistics
 from jobq.store.sql.workflows import WORKFLOW_RECOUNT_PARENTS, WORKFLOW_RETRY
@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.db, pytest.mark.workflows]
 WORKFLOW_FUNCTIONS = ("jobs_leaving_unfinished", "jobs_finished_after_update", "jobq_workflow_finished")
 
 
-def _claim(conn, n: int) -> list:
-    claimed = leases.claim(conn, ["default"], worker_id="test:1:w", limit=n, lock_base=0).result()
+def _claim(conn, n: int, queue: str = "default") -> list:
+    claimed = leases.claim(conn, [queue], worker_id="test:1:w", limit=n, lock_base=0).result()
     assert len(claimed) == n
     return claimed
 
@@ -153,13 +153,6 @@ def test_the_transition_tables_are_never_joined_by_a_nested_loop_kept_from_a_one
         assert claimed.job_id == run.jobs[sink].id
         session.commit()
     assert jobq.get(run.jobs[sink].id, conn=conn).parent_results == {m: {"ok": True} for m in middle}
-
-
-def _rows_read(session, tables: tuple[str, ...]) -> int:
-    """Rows of ``tables`` read so far in the session's pending statistics (this
-    transaction's and any not flushed yet: take differences within one transaction)."""
-    return scalar(session, "SELECT coalesce(sum(seq_tup_read + coalesce(idx_tup_fetch, 0)), 0)::bigint "
-                           "FROM pg_stat_xact_user_tables WHERE relname = ANY(%s)", list(tables))
 
 
 def test_a_release_reads_each_step_a_bounded_number_of_times_whatever_the_statistics_say(conn):
@@ -341,19 +334,18 @@ def test_a_wide_workflow_among_many_small_ones_settles_each_edge_by_its_parent(c
     middle = [wf.add("wf_step", name=f"m{i:04d}", after=[root], queue="wide") for i in range(width)]
     wf.add("wf_step", name="sink", after=middle, queue="wide")
     run = wf.enqueue(conn=conn)
-    edges = ("jobq_workflow_edges",)
+    edges = "jobq_workflow_edges"
     with psycopg.connect(conn.info.dsn) as session:
-        root_claim = leases.claim(session, ["wide"], worker_id="test:1:w", limit=1, lock_base=0).result()
-        _complete(session, root_claim)  # the middle steps released
+        _complete(session, _claim(session, 1, "wide"))  # the middle steps released
         session.commit()
-        batch = leases.claim(session, ["wide"], worker_id="test:1:w", limit=500, lock_base=0).result()
-        before = _rows_read(session, edges)
+        batch = _claim(session, 500, "wide")
+        before = rows_read(session, edges)
         _complete(session, batch)  # a fan-in's batch: 500 edges to the sink settled
-        fan_in = _rows_read(session, edges) - before
+        fan_in = rows_read(session, edges) - before
         session.rollback()
-        before = _rows_read(session, edges)
+        before = rows_read(session, edges)
         jobq.cancel_workflow(run.id, conn=session)  # 1,000 claimable steps and the waiting sink
-        cancel = _rows_read(session, edges) - before
+        cancel = rows_read(session, edges) - before
         session.commit()
     assert fan_in <= 3 * len(batch), fan_in
     assert cancel <= 3 * width, cancel
