@@ -82,6 +82,15 @@ def timing(label: str, figures: dict[str, float]) -> str:
     return f"{label} median {figures['median_ms']} ms, max {figures['max_ms']} ms"
 
 
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the process's name (state, ppid, ...; utime and
+    stime at 11 and 12, cutime and cstime at 13 and 14), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def environment() -> dict[str, str]:
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -28,34 +28,24 @@ import psycopg
 
 import jobq
 import stack
-from common import database, emit, environment, migrated, parse, reset
+from common import database, emit, environment, migrated, parse, proc_stat, reset
 from jobq.limits import claims as limited
 
 CLAIMS = "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHERE funcname = 'jobq_claim_limited'"
 SUPERUSER = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
 
 
-def _stat(pid: int | str) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the process's name (state, ppid, ...)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            line = stat.read()
-    except OSError:
-        return None  # ended meanwhile
-    return line[line.rindex(")") + 2:].split()
-
-
 def server_cpu_seconds(conn: psycopg.Connection) -> float:
     """User and system CPU of the server ``conn`` is on, so far: its postmaster, with the
     children it has reaped, and each of its live children (the server on this machine)."""
-    backend = _stat(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+    backend = proc_stat(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
     assert backend is not None, "the server is not on this machine"
     postmaster = backend[1]
-    fields = _stat(postmaster) or []
+    fields = proc_stat(postmaster) or []
     tick = os.sysconf("SC_CLK_TCK")
     total = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        child = _stat(pid)
+        child = proc_stat(pid)
         if child is not None and child[1] == postmaster:
             total += int(child[11]) + int(child[12])
     return total / tick

@@ -43,7 +43,7 @@ import psycopg
 import jobq
 from jobq.jobs.ledger import Counts
 import stack
-from common import database, emit, environment, migrated, parse, reset, save_figure
+from common import database, emit, environment, migrated, parse, proc_stat, reset, save_figure
 from drain import drain
 
 TICK = 0.02  # seconds between two batches of the producer
@@ -132,11 +132,8 @@ def children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
+            fields = proc_stat(entry.name)
+            if fields is not None and int(fields[1]) == pid:
                 found.append(int(entry.name))
     return found
 

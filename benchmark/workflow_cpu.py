@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 import psycopg
 
 import jobq
-from common import database, emit, environment, migrated, parse, reset
+from common import database, emit, environment, migrated, parse, proc_stat, reset
 from jobq.jobs import leases
 
 WORKER = "bench:1:cpu"
@@ -29,7 +28,8 @@ WORKER = "bench:1:cpu"
 
 def backend_cpu_ms(conn: psycopg.Connection) -> int:
     """The CPU (user + system) the connection's backend has used, in ms."""
-    fields = Path(f"/proc/{conn.info.backend_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = proc_stat(conn.info.backend_pid)
+    assert fields is not None, "the server is not on this machine"
     return (int(fields[11]) + int(fields[12])) * 1000 // os.sysconf("SC_CLK_TCK")
 
 
