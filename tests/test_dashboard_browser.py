@@ -328,7 +328,9 @@ def test_with_a_token_the_dashboard_asks_for_it_once_and_the_api_stays_bearer_on
     assert browser.screenshot("login") > 0 and browser.console_errors() == []
     driver.find_element(By.ID, "token").send_keys("not the token")
     driver.find_element(By.CSS_SELECTOR, "form.login button").click()
-    assert driver.find_element(By.CSS_SELECTOR, ".problem").text == "That is not the token."
+    # The click starts the form's load and may return before the answer is shown.
+    wait_for(lambda: browser.find_all(".problem"), 10, "the refused login's page")
+    assert browser.text(".problem") == "That is not the token."
     driver.find_element(By.ID, "token").send_keys(TOKEN)
     driver.find_element(By.CSS_SELECTOR, "form.login button").click()
     wait_for(lambda: driver.current_url == base + "/dashboard/queues", 10, "the page asked for")
