@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import jobq
+from jobq.daemon.worker.collector import FIRST_THRESHOLD
 from support.daemon import alive, worker_pids
 from support.db import advisory_locks, scalar
 from support.waiting import wait_for
@@ -100,6 +101,20 @@ def test_a_worker_is_recycled_after_max_jobs_per_child(ledger, daemon):
     wait_done(ledger, 20)
     pids = scalar(ledger, "SELECT count(DISTINCT pid) FROM test_ledger")
     assert pids >= 4
+
+
+def test_handlers_run_with_the_collector_settled_for_batches_and_cycles_still_collected(conn, daemon):
+    # jobq.daemon.worker.collector: what the worker booted with frozen, the youngest
+    # generation collected every FIRST_THRESHOLD allocations (CPython's default: 700); a
+    # cycle a handler drops is freed once that many more objects are made, not before.
+    few, many = (jobq.enqueue("collector_state", {"allocations": n}, conn=conn)
+                 for n in (FIRST_THRESHOLD // 2, 3 * FIRST_THRESHOLD))
+    daemon(1)
+    wait_done(conn, 2)
+    seen_few, seen_many = (jobq.get(job.id, conn=conn).result for job in (few, many))
+    assert seen_few["first_threshold"] == FIRST_THRESHOLD and seen_few["frozen"] > 1000
+    assert seen_few["cycle_collected"] is False
+    assert seen_many["cycle_collected"] is True and seen_many["allocated"] == 3 * FIRST_THRESHOLD
 
 
 def test_workers_exit_when_their_supervisor_dies(conn, daemon):

@@ -9,11 +9,13 @@ ran to completion.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import subprocess
 import time
 import uuid
+import weakref
 
 import psycopg
 
@@ -232,6 +234,24 @@ def snooze_twice(job: jobq.Job) -> dict:
 @jobq.register("snooze_forever")
 def snooze_forever(job: jobq.Job) -> None:
     raise jobq.Snooze(0)
+
+
+@jobq.register("collector_state")
+def collector_state(job: jobq.Job) -> dict:
+    """The worker's garbage collector as its handlers see it, and whether a cycle this
+    handler drops just after a pass over the youngest generation is collected once it
+    has made ``allocations`` more objects."""
+    class Node:
+        pass
+
+    gc.collect(0)
+    node = Node()
+    node.itself = node  # a cycle: only the collector frees it
+    dropped = weakref.ref(node)
+    del node
+    kept = [[] for _ in range(job.payload["allocations"])]
+    return {"first_threshold": gc.get_threshold()[0], "frozen": gc.get_freeze_count(),
+            "cycle_collected": dropped() is None, "allocated": len(kept)}
 
 
 # Workflow steps (tests/test_workflows.py): each writes the ledger, then returns what it

@@ -39,9 +39,9 @@ from jobq.jobs import leases
 from jobq.store import locks
 from jobq.jobs.leases import Claim
 from jobq.limits.gate import Gate
-from jobq.daemon.worker import backlog, control, held, outcomes, registration
+from jobq.daemon.worker import backlog, collector, control, held, outcomes, registration
 from jobq.daemon.worker.registration import BootFailure
-from jobq.handlers import coroutines, execution
+from jobq.handlers import coroutines, execution, registry
 from jobq.observe import tracing
 from jobq.daemon import messages, presence
 from jobq.daemon.worker.flight import Flight, InFlight, Outcome
@@ -63,7 +63,6 @@ from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.exits import EXIT_BOOT_ERROR, EXIT_DATABASE_ERROR, EXIT_OK
 from jobq.store.connections import first_line
 from jobq.errors import Cancelled, ConfigError, DatabaseUnavailable, SchemaError
-from jobq.handlers import registry
 from jobq.store.migrate import check_schema
 from jobq.settings import Settings
 
@@ -193,6 +192,7 @@ class WorkerLoop:
         )
         self.heartbeat.start()
         lifeline.start()
+        collector.settle()
 
     def handle_stop(self, signum: int, frame: object) -> None:
         self.request_stop(signal.Signals(signum).name)
