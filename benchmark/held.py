@@ -63,7 +63,6 @@ def main() -> None:
         migrated(url)
         reset(url)
         with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url, autocommit=True) as holder:
-            conn.execute("TRUNCATE jobq_limits, jobq_limit_slots, jobq_limit_starts")
             jobq.set_limit("held:*", concurrency=1, conn=conn)
             keys = [f"held:{i}" for i in range(args.keys)]
             jobq.enqueue_many([{"type": "noop", "concurrency_key": k} for k in keys], conn=conn)

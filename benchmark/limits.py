@@ -74,11 +74,6 @@ def run(url: str, scenario: str, n: int, workers: int) -> tuple[float, list[str]
     """Jobs/s of one drain of ``scenario``, and the limits it ran under (as listed)."""
     reset(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobq_limits, jobq_limit_slots, jobq_limit_starts")
-        # Every scenario starts from no limit: set_queue_limits keeps what it is not
-        # given, so the queue's limits of one scenario stayed for the next ones (each
-        # round's unlimited drain after the first ran under 100,000 and 1,000,000/s).
-        jobq.set_queue_limits("default", concurrency=None, rate=None, fair=None, conn=conn)
         rows = SCENARIOS[scenario](conn, n)
         limits = [f"queue {q.queue}" for q in jobq.queue_limits(conn=conn)]
         limits += [f"rule {r.pattern}" for r in jobq.list_limits(conn=conn)]

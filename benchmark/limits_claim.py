@@ -47,8 +47,6 @@ def timed_claims(conn: psycopg.Connection, claim, n: int, lock_base: int) -> lis
 def scenario(url: str, name: str, jobs: int, blocks: int, lock_base: int) -> dict:
     reset(url)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobq_limits, jobq_limit_slots, jobq_limit_starts")
-        jobq.set_queue_limits("default", concurrency=None, rate=None, fair=None, conn=conn)
         rows = SCENARIOS[name](conn, jobs)
         for start in range(0, jobs, 10_000):
             jobq.enqueue_many(rows[start:start + 10_000], conn=conn)

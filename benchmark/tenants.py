@@ -45,7 +45,6 @@ def main() -> None:
         migrated(url)
         reset(url)
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("TRUNCATE jobq_limits, jobq_limit_slots, jobq_limit_starts")
             jobq.set_limit("tenant:*", concurrency=1, conn=conn)
             for start in range(0, args.backlog, 10_000):
                 jobq.enqueue_many([{"type": "noop", "concurrency_key": "tenant:A"}] * min(10_000, args.backlog - start),
