@@ -10,7 +10,7 @@ from jobq.store.sql.leases import CLAIM_SESSION_PLANNER
 from jobq.store.sql.queues import JOB_GET_OLDEST_DUE
 from jobq.jobs import leases
 from jobq.observe import tallies
-from support.claims import LOCK_BASE, claim, complete, drain, fail
+from support.claims import LOCK_BASE, claim, claim_under_limits, complete, drain, fail
 from support.db import advisory_locks
 
 pytestmark = [pytest.mark.db, pytest.mark.once]
@@ -64,6 +64,20 @@ def test_claim_sets_owner_lease_and_times(conn):
     job = jobq.get(claimed.job.id, conn=conn)
     assert job.status == "claimed" and job.worker_id == "host:1" and job.lease == claimed.job.lease
     assert job.claimed_at is not None and job.heartbeat_at is not None and claimed.locked
+
+
+def test_a_claimed_job_carries_its_errors_none_on_a_first_run_each_earlier_one_on_a_retry(conn):
+    # The claims read empty errors as NULL (fragments.claimed_columns); the job a handler
+    # gets says [] as the row does, and a retry's errors whole.
+    first, retried = jobq.enqueue_many([{"type": "noop", "priority": 1}, {"type": "noop", "priority": 9}], conn=conn)
+    fail(conn, claim(conn, 1), error="first failure")
+    for take in (lambda: claim(conn, 10), lambda: claim_under_limits(conn, limit=10)):
+        errors = {c.job.id: c.job.errors for c in take()}
+        assert errors[first.id] == [] == jobq.get(first.id, conn=conn).errors
+        assert [e["error"] for e in errors[retried.id]] == ["first failure"]
+        assert errors[retried.id] == jobq.get(retried.id, conn=conn).errors
+        conn.execute("UPDATE jobs SET status = 'pending', lease = NULL, worker_id = NULL")
+        conn.execute("SELECT pg_advisory_unlock_all()")
 
 
 def test_every_claim_gets_a_new_lease(conn):

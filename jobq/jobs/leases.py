@@ -181,10 +181,19 @@ def take_handed(
 def _claims(cur: psycopg.Cursor) -> list[Claim]:
     """The rows of a claim (the job's columns, then whether its advisory lock was taken),
     in claim order."""
-    jobs = [(Job(*row[:-1]), bool(row[-1])) for row in cur.fetchall()]
+    jobs = [(claimed_job(row[:-1]), bool(row[-1])) for row in cur.fetchall()]
     claimed = [Claim(job, job.lease, locked) for job, locked in jobs]  # type: ignore[arg-type]
     claimed.sort(key=lambda c: (-c.job.priority, c.job.run_at, c.job.id))
     return claimed
+
+
+def claimed_job(columns: Sequence[Any]) -> Job:
+    """The job of a claim's row (``claimed_columns``): errors the claim read as NULL are
+    none, []."""
+    job = Job(*columns)
+    if job.errors is None:
+        job.errors = []
+    return job
 
 
 @functools.lru_cache(maxsize=64)

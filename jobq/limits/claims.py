@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from jobq.job import Job
-from jobq.jobs.leases import Claim, Deferred, Leased
+from jobq.jobs.leases import Claim, Deferred, Leased, claimed_job
 from jobq.store.connections import Connection
 from jobq.store.sql.leases import JOB_UNLOCK
 from jobq.store.sql.limits import (
@@ -69,7 +68,7 @@ def claim(
             rate_opens_in(row[0] if row else None)
         claimed = []
         for row in cur.fetchall():
-            job = Job(*row[:-2])
+            job = claimed_job(row[:-2])
             claimed.append(Claim(job, job.lease, bool(row[-2]), slotted=bool(row[-1])))  # type: ignore[arg-type]
         return claimed
 

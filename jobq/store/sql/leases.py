@@ -14,7 +14,7 @@ JOB_LOCK_INFLIGHT_OF_WORKER, JOB_COUNT_INFLIGHT_OF_WORKER, JOB_UNLOCK).
 
 from __future__ import annotations
 
-from jobq.store.sql.fragments import EACH_PRIORITY, JOB_COLUMNS, LIVE, OPEN_QUEUES
+from jobq.store.sql.fragments import EACH_PRIORITY, LIVE, OPEN_QUEUES, claimed_columns
 
 # JOB_CLAIM: pending -> claimed for up to {limit} due jobs of some queues, each with a
 # new lease. Paused queues are left out first (OPEN_QUEUES: one primary-key probe of
@@ -43,7 +43,7 @@ _CLAIM_OF = (
     "UPDATE jobs AS j SET status = 'claimed', claimed_at = now(), heartbeat_at = now(), "
     "started_at = NULL, worker_id = %(worker_id)s, lease = nextval('jobs_lease_seq') "
     "FROM due WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.id = due.id AND j." + LIVE + " "
-    "RETURNING " + ", ".join("j." + c.strip() for c in JOB_COLUMNS.split(",")) + ", "
+    "RETURNING " + claimed_columns("j.") + ", "
     "pg_try_advisory_lock(%(lock_base)s | j.id)"
 )
 JOB_CLAIM = _CLAIM_OF.replace("{due}", (
@@ -76,7 +76,7 @@ CLAIM_SESSION_PLANNER = "SET enable_bitmapscan = off"
 # A lease is drawn once from a sequence, so ids and leases need not be paired: 0.19 ms a
 # round trip on an idle server, against 0.24 for a join with the pairs.
 JOB_TAKE_HANDED = (
-    "SELECT " + JOB_COLUMNS + ", pg_try_advisory_lock(%(lock_base)s | id) FROM jobs "
+    "SELECT " + claimed_columns() + ", pg_try_advisory_lock(%(lock_base)s | id) FROM jobs "
     "WHERE id = ANY(%(ids)b::bigint[]) AND " + LIVE + " AND lease = ANY(%(leases)b::bigint[]) "
     "AND status = 'claimed' AND worker_id = %(worker_id)s"
 )
@@ -87,7 +87,7 @@ JOB_TAKE_HANDED = (
 # running rows read through jobs_inflight_heartbeat_idx, as the reaper's
 # JOB_LOCK_INFLIGHT_OF_WORKER.
 JOB_TAKE_HANDED_UNHEARD = (
-    "SELECT " + JOB_COLUMNS + ", pg_try_advisory_lock(%(lock_base)s | id) FROM jobs "
+    "SELECT " + claimed_columns() + ", pg_try_advisory_lock(%(lock_base)s | id) FROM jobs "
     "WHERE status IN ('claimed', 'running') AND status = 'claimed' AND worker_id = %(worker_id)s "
     "AND id <> ALL(%(held)b::bigint[])"
 )

@@ -10,7 +10,7 @@ worker (:mod:`jobq.daemon.worker`) and the reaper (:mod:`jobq.daemon.maintenance
 
 from __future__ import annotations
 
-from jobq.store.sql.fragments import JOB_COLUMNS
+from jobq.store.sql.fragments import claimed_columns
 
 # LIMITS_APPLY: whether any limit can bind a claim of some queues: a rule on keys
 # (any queue's jobs may carry a key), or a limit on one of the queues (primary key
@@ -28,10 +28,10 @@ LIMITS_APPLY = (
 # body replaced by 0023: a queue limited by concurrency alone is counted in stripes,
 # its lock taken shared and its stripes' locks tried; a rate or fair queue's lock
 # waited for; each key's tried; slots and starts counted by statements that start
-# after those locks are held; rows locked SKIP LOCKED). Returns JOB_COLUMNS, whether
+# after those locks are held; rows locked SKIP LOCKED). Returns claimed_columns, whether
 # the job's advisory lock was taken, and whether it holds a slot.
 _CLAIM_LIMITED = (
-    "SELECT " + ", ".join("(c.job)." + c.strip() for c in JOB_COLUMNS.split(",")) + ", c.locked, c.slotted "
+    "SELECT " + claimed_columns("(c.job).") + ", c.locked, c.slotted "
     "FROM jobq_claim_limited(%(queues)b::text[], %(worker_id)s, %(limit)s, %(scan)s, %(lock_base)s{freed}) AS c"
 )
 JOB_CLAIM_LIMITED = _CLAIM_LIMITED.format(freed="")
