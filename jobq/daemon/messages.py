@@ -26,7 +26,7 @@ PIPE_SIZE = 1 << 20  # room for every message between two reads, whatever comes
 _F_SETPIPE_SZ = 1031
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one a job (see jobq.handlers.execution.RunResult)
 class Started:
     """The job a worker runs: its lease, its deadline (system-wide monotonic clock) and
     its timeout."""

@@ -20,7 +20,7 @@ MAX_ERROR_LENGTH = 16_000  # characters of traceback kept in the row: the end, w
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one a job, and a frozen dataclass is made 5 times slower
 class RunResult:
     """What a run produced: JSON text of the result, or an error message; and how long
     the handler ran."""

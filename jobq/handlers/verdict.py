@@ -17,7 +17,7 @@ from jobq.settings import Settings
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one a job (see RunResult)
 class Verdict:
     """The run's result as it is to be recorded, and for a failure or a snooze the delay
     before the job is due again (and the retries its handler allows)."""
