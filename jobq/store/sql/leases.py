@@ -36,7 +36,8 @@ from jobq.store.sql.fragments import EACH_PRIORITY, LIVE, OPEN_QUEUES, claimed_c
 # it), and skipped while locked: an enqueue is handing it a job, and clears it.
 #
 # The rows to update ({rows}) are found again by their ctid, where the candidates' read
-# gives it: a TID scan of jobs_live (the LIVE test prunes the update to it) instead of a
+# gives it: a TID scan of jobs_live (the LIVE test prunes the update to it; it is one
+# table, not partitioned, so a ctid names one row of it) instead of a
 # probe of its primary key per job, 1 µs a job less of a claim of 1,000 (benchmark/README.md,
 # "The worker's garbage collector, and a claim's empty errors"). A candidate's row is
 # locked, so its ctid is still its own when the update reads it; one a committed update
