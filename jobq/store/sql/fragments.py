@@ -1,8 +1,8 @@
 """The fragments that the statements of more than one module are made of: the column
-lists that ``class_row`` reads (and a claim's, claimed_columns), the LIVE test of partition pruning, the keyed insert of
-jobs that may carry idempotency keys (an enqueue's and a schedule's), OPEN_QUEUES (the
-claim's and the idle timer's) and EACH_PRIORITY (every read of pending jobs per queue
-through the claim index).
+lists that ``class_row`` reads (and the claims' list, claimed_columns), the LIVE test of
+partition pruning, the keyed insert of jobs that may carry idempotency keys (an
+enqueue's and a schedule's), OPEN_QUEUES (the claim's and the idle timer's) and
+EACH_PRIORITY (every read of pending jobs per queue through the claim index).
 
 No room runs these directly: the modules of :mod:`jobq.store.sql` build their statements
 from them (tests/test_spec.py holds the column lists against the dataclasses). This

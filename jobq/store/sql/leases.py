@@ -35,14 +35,14 @@ from jobq.store.sql.fragments import EACH_PRIORITY, LIVE, OPEN_QUEUES, claimed_c
 # some. Its row is written only when that changes (a claim of a busy worker only reads
 # it), and skipped while locked: an enqueue is handing it a job, and clears it.
 #
-# The rows to update ({rows}) are found again by their ctid, where the candidates' read
+# The rows to update ({rows}) are found again by their ctid where the candidates' read
 # gives it: a TID scan of jobs_live (the LIVE test prunes the update to it; it is one
-# table, not partitioned, so a ctid names one row of it) instead of a
-# probe of its primary key per job, 1 µs a job less of a claim of 1,000 (benchmark/README.md,
-# "The worker's garbage collector, and a claim's empty errors"). A candidate's row is
-# locked, so its ctid is still its own when the update reads it; one a committed update
-# had changed after the statement's snapshot (its lock then taken on the newer version)
-# is not seen by the update, and simply not claimed: pending, as it was.
+# table, not partitioned, so a ctid names one row of it) instead of a probe of its
+# primary key per job, 1 µs a job less of a claim of 1,000 (benchmark/README.md, "The
+# worker's garbage collector, and a claim's empty errors"). A candidate's row is locked,
+# so its ctid is still its own when the update reads it; one a committed update had
+# changed after the statement's snapshot (its lock then taken on the newer version) is
+# not seen by the update, and simply not claimed: pending, as it was.
 _CLAIM_OF = (
     "WITH " + OPEN_QUEUES + ", "
     "due AS ({due}), "
