@@ -94,6 +94,17 @@ def proc_stat(pid: int | str) -> list[str] | None:
         return None
 
 
+def children_stat(pid: int) -> dict[int, list[str]]:
+    """The live children of process ``pid``, each with its /proc stat fields (proc_stat)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = proc_stat(entry.name)
+            if fields is not None and int(fields[1]) == pid:
+                found[int(entry.name)] = fields
+    return found
+
+
 def environment() -> dict[str, str]:
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -28,7 +28,7 @@ import psycopg
 
 import jobq
 import stack
-from common import database, emit, environment, migrated, parse, proc_stat, reset
+from common import children_stat, database, emit, environment, migrated, parse, proc_stat, reset
 from jobq.limits import claims as limited
 
 CLAIMS = "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_user_functions WHERE funcname = 'jobq_claim_limited'"
@@ -40,15 +40,11 @@ def server_cpu_seconds(conn: psycopg.Connection) -> float:
     children it has reaped, and each of its live children (the server on this machine)."""
     backend = proc_stat(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
     assert backend is not None, "the server is not on this machine"
-    postmaster = backend[1]
+    postmaster = int(backend[1])
     fields = proc_stat(postmaster) or []
-    tick = os.sysconf("SC_CLK_TCK")
     total = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        child = proc_stat(pid)
-        if child is not None and child[1] == postmaster:
-            total += int(child[11]) + int(child[12])
-    return total / tick
+    total += sum(int(child[11]) + int(child[12]) for child in children_stat(postmaster).values())
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ import psycopg
 import jobq
 from jobq.jobs.ledger import Counts
 import stack
-from common import database, emit, environment, migrated, parse, proc_stat, reset, save_figure
+from common import children_stat, database, emit, environment, migrated, parse, reset, save_figure
 from drain import drain
 
 TICK = 0.02  # seconds between two batches of the producer
@@ -128,20 +128,10 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = proc_stat(entry.name)
-            if fields is not None and int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def memory(conn: psycopg.Connection, supervisor: int) -> dict[str, float]:
     """Resident MB of the supervisor, its maintenance process and its largest worker."""
     workers = {pid for (pid,) in conn.execute("SELECT pid FROM workers")}
-    kids = children(supervisor)
+    kids = list(children_stat(supervisor))
     sizes = {"supervisor": rss_mb(supervisor)}
     sizes["maintenance"] = max((rss_mb(pid) for pid in kids if pid not in workers), default=float("nan"))
     sizes["worker_max"] = max((rss_mb(pid) for pid in kids if pid in workers), default=float("nan"))
