@@ -206,22 +206,27 @@ def test_a_worker_that_meets_a_burst_has_the_live_partition_analysed_without_wai
     assert counted >= 1000, counted  # analysed while the burst was there
 
 
-def test_a_claim_session_plans_each_claim_size_once_whatever_the_statistics_count(database_url):
+@pytest.mark.parametrize("size", [1, 50, 1000])
+def test_a_claim_session_plans_each_claim_size_once_whatever_the_statistics_count(database_url, size):
     """With the claim size sent as a parameter, a generic plan was costed for a tenth of
     the rows the statistics count; once they counted a backlog, the plan cache planned
     every claim afresh (0.3 ms more a claim on the partitioned table). The size is in the
-    statement's text: the session's prepared claim runs its cached plan."""
+    statement's text; yet left to choose, PostgreSQL 16 planned every claim of 50 and of
+    1,000 afresh in the benchmarks' database (its estimate of a plan for one queue under
+    the generic one's), and here it plans the first five of any size. The claim session
+    asks for the generic plan (CLAIM_SESSION_PLANNER): planned once, at its first
+    prepared call."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("TRUNCATE jobs, job_counters")
         jobq.enqueue_many([{"type": "noop"}] * 20_000, conn=conn)
         conn.execute("ANALYZE jobs_live")  # the planner counts the backlog
-        for _ in range(30):
-            complete(conn, claim(conn, 1))
+        conn.execute(CLAIM_SESSION_PLANNER)  # as a worker's claim session
+        for _ in range(15):
+            complete(conn, claim(conn, size))
         (plans,) = conn.execute(
             "SELECT array_agg(ARRAY[generic_plans, custom_plans]) FROM pg_prepared_statements "
             "WHERE statement LIKE 'WITH open_queues%%UPDATE jobs%%'"
         ).fetchone()
         conn.execute("TRUNCATE jobs, job_counters")
-    assert plans is not None and len(plans) == 1, plans  # one statement: size 1
-    (generic, custom), = plans
-    assert custom <= 5 and generic >= 20, plans  # the plan cache's five custom plans, then its own
+    assert plans is not None and len(plans) == 1, plans  # one statement: this size
+    assert plans[0] == [10, 0], plans  # prepared at the fifth call, planned once, never again
