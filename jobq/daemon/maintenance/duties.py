@@ -3,8 +3,9 @@
 Host-local work, always: recover the jobs of this supervisor's workers that died or
 were killed (the supervisor sends a ``Gone`` report over a pipe), as soon as their
 locks are free; and pass on operators' cancels and pauses (LISTEN on the
-``jobq_control`` channel) to the supervisor, which tells its workers; after the
-listener reconnects, also the cancels of this host's jobs made while it was away.
+``jobq_control`` channel) to the supervisor, which tells its workers; after each
+connect of the listener (the first too: the workers start beside it), also the
+cancels of this host's jobs made while it was not listening.
 
 Cluster-wide work, only while it holds the leader lock (several hosts may run
 ``jobq worker`` against one database; one of them leads), each a :class:`Duty` on
@@ -154,9 +155,7 @@ class Maintenance:
         except ConfigError as exc:  # the supervisor halts rather than respawn it
             log.error("maintenance.boot_failed reason=%s", exc)
             return EXIT_BOOT_ERROR
-        self.control = Listener(url, application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL_GET)
-        self.control.connect()
-        self.control_heard = time.monotonic()  # when the control listener was last known to listen
+        self.listen_for_control(url)
         closed = False  # the supervisor's end of the pipe closes when it dies
         while not self.stopping.is_set() and not closed and os.getppid() == parent:
             closed = self.receive(reader)
@@ -189,14 +188,24 @@ class Maintenance:
                 self.pending.append(Pending(message, time.monotonic()))
         return closed
 
+    def listen_for_control(self, url: str) -> None:
+        """Start the control listener. Its first connect counts as a reconnect: this
+        process starts beside the workers, so a worker may claim a job and an operator
+        cancel it before the listener listens; what was cancelled since this process
+        started is asked for once it does (:meth:`pass_on_control`)."""
+        self.control = Listener(url, application_name=f"jobq control {self.name}", channel=CONTROL_CHANNEL_GET)
+        self.control_heard = time.monotonic()  # when the listener was last known to listen (at first: the start)
+        self.control_connects = 0  # the listener's connects whose missed cancels were asked for
+        self.control.connect()
+
     def pass_on_control(self) -> None:
         """Tell the supervisor what operators did since the last look (its workers act on
         it: a cancelled job stops, a paused queue's claimed jobs are not started). After
-        the listener reconnects, also the cancels of this host's jobs it may have missed
-        while it was away (a NOTIFY sent then is lost)."""
-        connects = self.control.connects
+        each connect of the listener, the first one too, also the cancels of this host's
+        jobs it may have missed while it was not listening (a NOTIFY sent then is lost)."""
         payloads = self.control.payloads()
-        if self.control.connects != connects and connects:
+        if self.control.connects != self.control_connects:
+            self.control_connects = self.control.connects
             payloads += self.missed_cancels(time.monotonic() - self.control_heard + MISSED_MARGIN)
         if self.control.listening:
             self.control_heard = time.monotonic()
