@@ -20,7 +20,7 @@ from jobq.daemon.boards.idle import IdleBoard
 from jobq.daemon.wakeup import SelfPipe
 from jobq.daemon.worker.pacing import Pace
 from jobq.daemon.worker.turns import TURN_WAIT_MAX, Turns
-from support.pacing import Waits
+from support.pacing import Schedule, Waits
 from support.waiting import wait_for
 
 FORK = multiprocessing.get_context("fork")
@@ -180,7 +180,7 @@ def test_a_token_file_broken_under_a_worker_lets_it_run_without_turns_instead_of
 @pytest.mark.unit
 def test_a_batch_of_short_jobs_that_did_not_block_wants_a_core_and_one_that_blocked_or_ran_long_does_not():
     waits = Waits()
-    pace = Pace(500, waits=waits)
+    pace = Pace(500, waits=waits, schedule=Schedule())
     assert not pace.wants_a_core  # nothing known yet: a claim of one, without a token
 
     def batch(jobs: int, blocked: int, seconds: float = 0.001) -> None:

@@ -22,6 +22,7 @@ from jobq.handlers import context
 from jobq.handlers.execution import RunResult
 from jobq.jobs.leases import Claim
 from jobq.job import Job
+from support.pacing import Schedule
 
 pytestmark = [pytest.mark.unit, pytest.mark.daemon]
 
@@ -140,7 +141,7 @@ def test_a_batch_that_has_run_line_hold_seconds_gives_back_its_line_and_the_next
     batch stops and gives back what is in line, and the next claim holds CLAIM_WORK
     seconds of such jobs."""
     now = [0.0]
-    pace = Pace(500, clock=lambda: now[0])
+    pace = Pace(500, clock=lambda: now[0], schedule=Schedule())
     pace.size = 500
     pace.batch_started()
     went_on = []
@@ -155,7 +156,7 @@ def test_a_batch_that_has_run_line_hold_seconds_gives_back_its_line_and_the_next
 
 def test_a_batch_of_short_jobs_within_line_hold_doubles_the_claim_up_to_the_cap():
     now = [0.0]
-    pace = Pace(500, clock=lambda: now[0])
+    pace = Pace(500, clock=lambda: now[0], schedule=Schedule())
     sizes = []
     for _ in range(12):
         pace.batch_started()

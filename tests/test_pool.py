@@ -6,22 +6,24 @@ daemon."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import pytest
 
 import jobq
 from jobq.daemon import messages
-from jobq.daemon.worker.pacing import Pace
+from jobq.daemon.worker.pacing import SCHEDSTAT, Pace, ThreadSchedule
 from jobq.daemon.worker.reports import BLOCKED_EVERY, Reports
 from support.daemon import worker_pids
-from support.pacing import Waits
+from support.pacing import Schedule, Waits
 from support.waiting import wait_for
 
 
 @pytest.mark.unit
 def test_a_batch_whose_jobs_blocked_for_a_millisecond_or_more_each_waited_and_others_did_not():
     waits = Waits()
-    pace = Pace(500, waits=waits)
+    pace = Pace(500, waits=waits, schedule=Schedule())
 
     def batch(jobs: int, blocked: int, seconds: float) -> bool:
         pace.batch_started()
@@ -37,6 +39,70 @@ def test_a_batch_whose_jobs_blocked_for_a_millisecond_or_more_each_waited_and_ot
     assert not batch(4, blocked=3, seconds=0.01)  # less than once a job
     assert Pace(500, waits=None).waited is False
 
+
+@pytest.mark.unit
+def test_time_a_batch_waited_for_a_cpu_is_not_time_its_jobs_blocked():
+    waits, schedule = Waits(), Schedule()
+    pace = Pace(500, waits=waits, schedule=schedule)
+
+    def batch(seconds: float, *, on_cpu: float, waiting: float) -> bool:
+        """Four jobs of ``seconds`` each that blocked (four waits), the thread on a CPU
+        and waiting for one as said meanwhile."""
+        pace.batch_started()
+        for _ in range(4):
+            pace.ran(seconds)
+        waits.n += 4
+        schedule.on_cpu += on_cpu
+        schedule.waiting += waiting
+        pace.batch_over()
+        return pace.waited
+
+    assert batch(0.002, on_cpu=0.0002, waiting=0.0)  # 7.8 ms blocked: more workers would run more at once
+    assert not batch(0.002, on_cpu=0.0008, waiting=0.006)  # a loaded machine: 1.2 ms blocked, under 1 a job
+    assert not batch(0.002, on_cpu=0.0078, waiting=0.0)  # CPU-bound, however many waits
+    unknown = Pace(500, waits=waits, schedule=lambda: None)
+    unknown.batch_started()
+    for _ in range(4):
+        unknown.ran(0.002)
+    waits.n += 4
+    unknown.batch_over()
+    assert unknown.waited  # where the kernel does not say: the handlers' own time, as before
+
+
+@pytest.mark.unit
+def test_a_job_long_only_by_its_waits_for_a_cpu_is_not_long_by_itself():
+    schedule = Schedule()
+    pace = Pace(500, waits=Waits(), schedule=schedule)
+    pace.batch_started()
+    schedule.waiting += 0.2  # the thread runnable, waiting for a core, for 200 ms of the batch
+    assert not pace.long_by_itself(0.21)  # 10 ms of its own
+    assert pace.long_by_itself(0.3)  # 100 ms of its own
+    assert Pace(500, schedule=lambda: None).long_by_itself(0.06)  # the kernel does not say: the clock
+
+
+@pytest.mark.unit
+def test_a_thread_schedule_reads_the_thread_that_opened_it_from_any_thread():
+    schedule = ThreadSchedule()
+    first = schedule()
+    if first is None:
+        pytest.fail(f"{SCHEDSTAT} is not readable on this machine")
+    until = time.monotonic() + 0.1
+    while time.monotonic() < until:
+        pass
+    spun = schedule()
+    assert spun is not None and spun[0] - first[0] >= 0.03  # its time on a CPU, spinning
+    read: list[tuple[float, float] | None] = []
+
+    def elsewhere() -> None:
+        until = time.monotonic() + 0.2
+        while time.monotonic() < until:  # this thread's time, not the one read
+            pass
+        read.append(schedule())
+
+    other = threading.Thread(target=elsewhere)
+    other.start()
+    other.join()  # the opener blocked meanwhile
+    assert read[0] is not None and spun[0] <= read[0][0] < spun[0] + 0.1  # the opener's, which barely moved
 
 @pytest.mark.unit
 def test_a_worker_says_its_jobs_block_at_most_once_a_while_and_not_at_all_in_a_fixed_pool(monkeypatch):

@@ -62,13 +62,14 @@ class Heartbeat(threading.Thread):
         parent_pid: int,
         orphaned: Callable[[], None],
         lost: Callable[[int, str], object] = lambda job_id, reason: None,
-        long_job: Callable[[], object] = lambda: None,
+        long_job: Callable[[float], object] = lambda elapsed: None,
     ) -> None:
         """``announce`` registers the worker's row again (when it was removed as stale);
         ``orphaned`` is called (from this thread) once the parent process is gone;
         ``lost`` with each job whose lease a beat found taken away (the lifeline stops
-        its handler if it runs); ``long_job`` when a job of the batch turned out long
-        (the worker's turn at the cores is over: :mod:`jobq.daemon.boards.cores`)."""
+        its handler if it runs); ``long_job`` with the seconds it has run, when a job of
+        the batch turned out long (the worker's turn at the cores is over:
+        :mod:`jobq.daemon.boards.cores`)."""
         super().__init__(name="jobq-heartbeat", daemon=True)
         self.session = session
         self.in_flight = in_flight
@@ -155,7 +156,7 @@ class Heartbeat(threading.Thread):
         overdue = self.in_flight.overdue()
         if overdue is None:
             return
-        self.long_job()
+        self.long_job(overdue.elapsed)
         self.write_outcomes()  # what finished before it is recorded first
         self.session.run(lambda conn, _: leases.start(conn, [overdue.claim], [overdue.elapsed]).result())
         self.session.give_back(overdue.waiting)

@@ -314,11 +314,14 @@ class WorkerLoop:
         if self.pace.waited:
             self.reports.blocked()
 
-    def job_ran_long(self) -> None:
-        """The heartbeat's long-job rule: the turn at the cores goes to another worker, and
-        the supervisor hears that jobs run long."""
+    def job_ran_long(self, elapsed: float) -> None:
+        """The heartbeat's long-job rule, for a job that has run ``elapsed`` seconds: the
+        turn at the cores goes to another worker, and the supervisor hears that jobs run
+        long, unless the job took that long waiting for a CPU (a loaded machine: more
+        workers would only share the cores)."""
         self.turns.give_back()
-        self.reports.blocked()
+        if self.pace.long_by_itself(elapsed):
+            self.reports.blocked()
 
     def next_job(self) -> Flight | None:
         """The next job of the batch, started, after giving back those an operator

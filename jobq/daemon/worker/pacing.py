@@ -27,13 +27,17 @@ batches of short jobs are run holding one of the supervisor's tokens
 (:mod:`jobq.daemon.boards.cores`): no more workers run such batches at once than there
 are cores. Jobs that wait on I/O need none. Counted in waits, not in the share of the
 batch's time spent on the CPU: on a loaded machine a CPU-bound job also waits for a
-core, but without blocking. A batch whose jobs blocked and took WAITING_JOB seconds
-each or more is one that more workers would run more of at once
-(:attr:`Pace.waited`: the supervisor may grow its pool, :mod:`jobq.daemon.pool`).
+core, but without blocking. A batch whose jobs blocked and spent WAITING_JOB seconds
+each or more neither on a CPU nor waiting for one is one that more workers would run
+more of at once (:attr:`Pace.waited`: the supervisor may grow its pool,
+:mod:`jobq.daemon.pool`); so is a job that ran DEFER_RUNNING seconds, not counting its
+waits for a CPU (:meth:`Pace.long_by_itself`). On a loaded machine a short CPU-bound
+job can take that long waiting for a core: more workers would only wait too.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -59,6 +63,32 @@ def blocking_waits() -> int:
 # Where threads' waits are not counted (RUSAGE_THREAD is Linux's), no batch is CPU-bound.
 THREAD_WAITS: Callable[[], int] | None = blocking_waits if hasattr(resource, "RUSAGE_THREAD") else None
 
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+class ThreadSchedule:
+    """One thread's seconds on a CPU and seconds runnable but waiting for one, so far
+    (Linux's schedstat of the thread); None where the kernel does not say. The first
+    call, from the thread measured, opens the file; any thread may read it after."""
+
+    __slots__ = ("_fd", "_absent")
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._absent = False
+
+    def __call__(self) -> tuple[float, float] | None:
+        if self._fd is None:
+            if self._absent:
+                return None
+            try:
+                self._fd = os.open(SCHEDSTAT, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._absent = True
+                return None
+        on_cpu, waiting, _ = os.pread(self._fd, 64, 0).split()
+        return int(on_cpu) / 1e9, int(waiting) / 1e9
+
 
 def next_size(size: int, *, ran: int, seconds: float, all_short: bool, cap: int) -> int:
     """The size of the next claim after a batch of ``size`` whose ``ran`` jobs took
@@ -75,14 +105,20 @@ class Pace:
     """The claim size of one worker, the clocks of the batch it runs, and whether its
     last batch kept the CPU busy."""
 
-    __slots__ = ("cap", "size", "cpu_bound", "waited", "_clock", "_waits", "_started", "_waits_before", "_ran", "_seconds",
-                 "_all_short")
+    __slots__ = ("cap", "size", "cpu_bound", "waited", "_clock", "_waits", "_schedule", "_started", "_waits_before",
+                 "_schedule_before", "_ran", "_seconds", "_all_short")
 
     def __init__(self, cap: int, clock: Callable[[], float] = time.monotonic,
-                 waits: Callable[[], int] | None = THREAD_WAITS) -> None:
+                 waits: Callable[[], int] | None = THREAD_WAITS,
+                 schedule: Callable[[], tuple[float, float] | None] | None = None) -> None:
+        """``waits``: the running thread's count of blocking waits; ``schedule``: its
+        seconds on a CPU and waiting for one (by default :class:`ThreadSchedule`, opened
+        at the first batch: by the thread that runs the batches)."""
         self.cap = cap
         self._clock = clock
         self._waits = waits
+        self._schedule = schedule if schedule is not None else ThreadSchedule()
+        self._schedule_before: tuple[float, float] | None = None
         self.size = 1
         self.cpu_bound = False
         self.waited = False  # the last batch's jobs blocked, WAITING_JOB seconds each or more
@@ -99,6 +135,7 @@ class Pace:
     def batch_started(self) -> None:
         self._started = self._clock()
         self._waits_before = self._waits() if self._waits else 0
+        self._schedule_before = self._schedule()
         self._ran, self._seconds, self._all_short = 0, 0.0, True
 
     def ran(self, seconds: float) -> bool:
@@ -111,5 +148,26 @@ class Pace:
 
     def batch_over(self) -> None:
         self.cpu_bound = self._waits is not None and self._waits() - self._waits_before < self._ran
-        self.waited = not self.cpu_bound and self._ran > 0 and self._seconds >= self._ran * WAITING_JOB
+        self.waited = not self.cpu_bound and self._ran > 0 and self._blocked() >= self._ran * WAITING_JOB
         self.size = next_size(self.size, ran=self._ran, seconds=self._seconds, all_short=self._all_short, cap=self.cap)
+
+    def long_by_itself(self, elapsed: float) -> bool:
+        """Whether a job of this batch that has run ``elapsed`` seconds ran DEFER_RUNNING
+        of them on a CPU or blocked, not counting the batch thread's waits for a CPU since
+        the batch started (more than the job's own: a job that ran long by itself may be
+        judged short on a loaded machine, never the other way). Any thread."""
+        before = self._schedule_before
+        now = self._schedule() if before is not None else None
+        if before is None or now is None:
+            return elapsed >= DEFER_RUNNING
+        return elapsed - (now[1] - before[1]) >= DEFER_RUNNING
+
+    def _blocked(self) -> float:
+        """Seconds the batch's jobs spent blocked: their handlers' time less, where the
+        kernel says, the batch thread's time on a CPU and waiting for one since the batch
+        started."""
+        before = self._schedule_before
+        now = self._schedule() if before is not None else None
+        if before is None or now is None:
+            return self._seconds
+        return self._seconds - (now[0] - before[0]) - (now[1] - before[1])
