@@ -14,9 +14,8 @@ top to bottom::
     stop asked -> give back claimed jobs, flush, leave
 
 Operators reach a worker through its control pipe (:meth:`WorkerLoop.handle_control`, on
-SIGUSR1 from the supervisor): a cancel of the running job raises :class:`jobq.Cancelled`
-in its handler; cancelled jobs and jobs of a paused queue still waiting in the batch are
-given back unstarted.
+SIGUSR1 from the supervisor): a cancel of the running job raises :class:`jobq.Cancelled` in
+its handler; cancelled jobs and jobs of a paused queue waiting in the batch go back unstarted.
 
 Every job the worker claimed is held by one object, its :class:`~jobq.daemon.worker.flight.InFlight`
 (:mod:`jobq.daemon.worker.flight`: each job's stage, and the boards and handler's view it
@@ -315,10 +314,8 @@ class WorkerLoop:
             self.reports.blocked()
 
     def job_ran_long(self, elapsed: float) -> None:
-        """The heartbeat's long-job rule, for a job that has run ``elapsed`` seconds: the
-        turn at the cores goes to another worker, and the supervisor hears that jobs run
-        long, unless the job took that long waiting for a CPU (a loaded machine: more
-        workers would only share the cores)."""
+        """The heartbeat's long-job rule (a job has run ``elapsed`` s): the turn at the cores
+        goes to another worker; the supervisor hears of it unless the job only waited for a CPU."""
         self.turns.give_back()
         if self.pace.long_by_itself(elapsed):
             self.reports.blocked()
