@@ -104,6 +104,7 @@ def test_a_thread_schedule_reads_the_thread_that_opened_it_from_any_thread():
     other.join()  # the opener blocked meanwhile
     assert read[0] is not None and spun[0] <= read[0][0] < spun[0] + 0.1  # the opener's, which barely moved
 
+
 @pytest.mark.unit
 def test_a_worker_says_its_jobs_block_at_most_once_a_while_and_not_at_all_in_a_fixed_pool(monkeypatch):
     read_fd, write_fd = messages.report_pipe()

@@ -159,18 +159,20 @@ class Pace:
         of them on a CPU or blocked, not counting the batch thread's waits for a CPU since
         the batch started (more than the job's own: a job that ran long by itself may be
         judged short on a loaded machine, never the other way). Any thread."""
-        before = self._schedule_before
-        now = self._schedule() if before is not None else None
-        if before is None or now is None:
-            return elapsed >= DEFER_RUNNING
-        return elapsed - (now[1] - before[1]) >= DEFER_RUNNING
+        _, waiting = self._since_batch_started()
+        return elapsed - waiting >= DEFER_RUNNING
 
     def _blocked(self) -> float:
-        """Seconds the batch's jobs spent blocked: their handlers' time less, where the
-        kernel says, the batch thread's time on a CPU and waiting for one since the batch
-        started."""
+        """Seconds the batch's jobs spent blocked: their handlers' time less the batch
+        thread's time on a CPU and waiting for one since the batch started."""
+        on_cpu, waiting = self._since_batch_started()
+        return self._seconds - on_cpu - waiting
+
+    def _since_batch_started(self) -> tuple[float, float]:
+        """The batch thread's seconds on a CPU and waiting for one since the batch
+        started; none where the kernel does not say (the clock alone judges)."""
         before = self._schedule_before
         now = self._schedule() if before is not None else None
         if before is None or now is None:
-            return self._seconds
-        return self._seconds - (now[0] - before[0]) - (now[1] - before[1])
+            return 0.0, 0.0
+        return now[0] - before[0], now[1] - before[1]
