@@ -7,12 +7,13 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 
 from jobq.errors import InvalidArgument, WorkflowNotFound
 from jobq.job import Job
 from jobq.jobs.ledger import check_id
 from jobq.store.connections import Connection, connection
+from jobq.store.sql.enqueue import JOB_GET_BY_IDS
 from jobq.store.sql.workflows import (
     WORKFLOW_GET,
     WORKFLOW_GET_EDGES,
@@ -24,7 +25,6 @@ from jobq.store.sql.workflows import (
 
 WORKFLOW_STATUSES = ("running", "done", "dead", "cancelled")
 MAX_LIST_LIMIT = 500
-_JOB_FIELDS = tuple(field.name for field in dataclasses.fields(Job))
 
 
 @dataclasses.dataclass(slots=True)
@@ -88,15 +88,14 @@ def get_workflow(workflow_id: int, *, conn: Connection | None = None) -> Workflo
         head = c.execute(WORKFLOW_GET, {"id": workflow_id}).fetchone()
         if head is None:
             raise WorkflowNotFound(workflow_id)
-        with c.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(WORKFLOW_GET_STEPS, {"id": workflow_id}).fetchall()
+        rows = c.execute(WORKFLOW_GET_STEPS, {"id": workflow_id}).fetchall()
+        ids = [row[4] for row in rows]
+        with c.cursor(row_factory=class_row(Job)) as cur:
+            jobs = {job.id: job for job in cur.execute(JOB_GET_BY_IDS, {"ids": ids})}
         edges = [tuple(edge) for edge in c.execute(WORKFLOW_GET_EDGES, {"id": workflow_id})]
-        (status,) = c.execute(WORKFLOW_STATUS, {"id": workflow_id}).fetchone()  # type: ignore[misc]
-    steps = [
-        WorkflowStep(row["name"], row["on_parent_failure"], row["parents_left"], row["spawned_by"],
-                     Job(**{f: row[f] for f in _JOB_FIELDS}) if row["id"] is not None else None)
-        for row in rows
-    ]
+        (status,) = c.execute(WORKFLOW_STATUS, {"ids": ids}).fetchone()  # type: ignore[misc]
+    steps = [WorkflowStep(name, on_failure, left, spawned_by, jobs.get(job_id))
+             for name, on_failure, left, spawned_by, job_id in rows]
     return WorkflowRun(
         id=head[0], name=head[1], created_at=head[3], status=status, steps=steps, edges=edges,  # type: ignore[arg-type]
         jobs={s.name: s.job for s in steps if s.job is not None},

@@ -163,8 +163,8 @@ JOB_INSERT_RESERVED = JOB_INSERT_RESERVED_ROWS + (
 # once whatever the lost attempt did.
 JOB_INSERT_RESERVED_IF_ABSENT = JOB_INSERT_RESERVED_ROWS + "ON CONFLICT DO NOTHING RETURNING id, run_at, created_at"
 
-# JOB_GET_BY_IDS: the jobs with some ids (jobs_pkey), no lock: those an earlier
-# JOB_INSERT_RESERVED_IF_ABSENT stored.
+# JOB_GET_BY_IDS: the jobs with some ids (each partition's id index), no lock: those an
+# earlier JOB_INSERT_RESERVED_IF_ABSENT stored; a workflow's steps' jobs (jobq.workflows.runs).
 JOB_GET_BY_IDS = "SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = ANY(%(ids)b::bigint[])"
 
 # JOB_GET_KEY_HOLDERS: the jobs holding some keys now: live ones in their scope

@@ -51,12 +51,13 @@ WORKFLOW_GET_BY_KEY = "SELECT id FROM jobq_workflows WHERE idempotency_key = %(k
 WORKFLOW_GET = "SELECT id, name, idempotency_key, created_at FROM jobq_workflows WHERE id = %(id)s"
 
 # WORKFLOW_GET_STEPS: a workflow's steps in name order (its primary key), each with its
-# current job (NULL where retention took it). A job is found by id alone: one probe per
-# partition's id index.
+# current job's id; the jobs are read apart, by their ids (JOB_GET_BY_IDS: one probe of
+# each partition's id index for all of them). Joined here, a job read a step at a time
+# was read by whatever the planner chose for jobs_waiting: believed empty (analysed
+# when no workflow waited), a whole scan of its id index for each step.
 WORKFLOW_GET_STEPS = (
-    "SELECT s.name, s.on_parent_failure, s.parents_left, s.spawned_by, j.* FROM jobq_workflow_steps AS s "
-    "LEFT JOIN LATERAL (SELECT " + JOB_COLUMNS + " FROM jobs WHERE id = s.job_id) AS j ON true "
-    "WHERE s.workflow_id = %(id)s ORDER BY s.name"
+    "SELECT name, on_parent_failure, parents_left, spawned_by, job_id FROM jobq_workflow_steps "
+    "WHERE workflow_id = %(id)s ORDER BY name"
 )
 
 # WORKFLOW_GET_EDGES: a workflow's edges (parent, child, outcome once settled), by its
@@ -95,11 +96,9 @@ WORKFLOW_LIST = (
     "WHERE %(status)s::text IS NULL OR status = %(status)s ORDER BY id DESC LIMIT %(limit)s"
 )
 
-# WORKFLOW_STATUS: one workflow's status, as WORKFLOW_LIST computes it.
-WORKFLOW_STATUS = (
-    "SELECT " + _STATUS + " FROM jobq_workflow_steps AS s "
-    "LEFT JOIN LATERAL (SELECT status FROM jobs WHERE id = s.job_id) AS j ON true WHERE s.workflow_id = %(id)s"
-)
+# WORKFLOW_STATUS: one workflow's status, as WORKFLOW_LIST computes it, from its steps'
+# jobs read by their ids (WORKFLOW_GET_STEPS says why).
+WORKFLOW_STATUS = "SELECT " + _STATUS + " FROM jobs AS j WHERE j.id = ANY(%(ids)b::bigint[])"
 
 # WORKFLOW_CANCEL_WAITING: a workflow's waiting steps -> cancelled, first, so that no
 # step is released while its parents are being cancelled (each cancelled step's row
