@@ -200,10 +200,7 @@ def test_the_leader_analyses_workflow_tables_that_were_analysed_in_the_middle_of
     # enqueue above: each table empty. The leader's duty (every few seconds) compares it
     # with the rows the statistics system counts live and analyses them again.
     conn = workflow_tables_without_autovacuum
-    wf = jobq.Workflow()
-    root = wf.add("wf_step", name="root")
-    for i in range(1500):
-        wf.add("wf_step", name=f"m{i:04d}", after=[root])
+    wf, _ = _fan_out(1500)
     with psycopg.connect(conn.info.dsn) as session, psycopg.connect(conn.info.dsn, autocommit=True) as analyser:
         wf.enqueue(conn=session)
         for table in ("jobs_waiting", "jobq_workflow_steps", "jobq_workflow_edges"):
@@ -265,11 +262,16 @@ def test_cancelling_a_wide_workflow_settles_its_edges_by_probes(conn):
     assert jobq.counts(conn=conn).depth["cancelled"] == 2 * (width + 2)
 
 
-def _wide(conn, width: int) -> jobq.WorkflowRun:
-    """A root, ``width`` steps after it, and a sink after them all, enqueued."""
+def _fan_out(width: int, prefix: str = "m") -> tuple[jobq.Workflow, list[str]]:
+    """A workflow of a root and ``width`` steps after it (not enqueued), and their names."""
     wf = jobq.Workflow()
     root = wf.add("wf_step", name="root")
-    middle = [wf.add("wf_step", name=f"m{i:04d}", after=[root]) for i in range(width)]
+    return wf, [wf.add("wf_step", name=f"{prefix}{i:04d}", after=[root]) for i in range(width)]
+
+
+def _wide(conn, width: int) -> jobq.WorkflowRun:
+    """A root, ``width`` steps after it, and a sink after them all, enqueued."""
+    wf, middle = _fan_out(width)
     wf.add("wf_step", name="sink", after=middle)
     return wf.enqueue(conn=conn)
 
@@ -284,11 +286,7 @@ def test_a_cancel_settles_each_edge_by_its_parent_after_a_sample_of_one_parents_
     # index for each cancelled step (4,001 x 8,000 edges, 2.5 s). The names' n_distinct
     # is set now, not sampled.
     conn = workflow_tables_without_autovacuum
-    fan_out = jobq.Workflow()
-    root = fan_out.add("wf_step", name="root")
-    for i in range(1500):
-        fan_out.add("wf_step", name=f"f{i:04d}", after=[root])
-    fan_out.enqueue(conn=conn)
+    _fan_out(1500, prefix="f")[0].enqueue(conn=conn)
     conn.execute("ANALYZE jobq_workflow_edges")
     width = 2000
     run = _wide(conn, width)
