@@ -45,7 +45,7 @@ def test_time_a_batch_waited_for_a_cpu_is_not_time_its_jobs_blocked():
     waits, schedule = Waits(), Schedule()
     pace = Pace(500, waits=waits, schedule=schedule)
 
-    def batch(seconds: float, *, on_cpu: float, waiting: float) -> bool:
+    def batch(pace: Pace, seconds: float, *, on_cpu: float = 0.0, waiting: float = 0.0) -> bool:
         """Four jobs of ``seconds`` each that blocked (four waits), the thread on a CPU
         and waiting for one as said meanwhile."""
         pace.batch_started()
@@ -57,16 +57,11 @@ def test_time_a_batch_waited_for_a_cpu_is_not_time_its_jobs_blocked():
         pace.batch_over()
         return pace.waited
 
-    assert batch(0.002, on_cpu=0.0002, waiting=0.0)  # 7.8 ms blocked: more workers would run more at once
-    assert not batch(0.002, on_cpu=0.0008, waiting=0.006)  # a loaded machine: 1.2 ms blocked, under 1 a job
-    assert not batch(0.002, on_cpu=0.0078, waiting=0.0)  # CPU-bound, however many waits
-    unknown = Pace(500, waits=waits, schedule=lambda: None)
-    unknown.batch_started()
-    for _ in range(4):
-        unknown.ran(0.002)
-    waits.n += 4
-    unknown.batch_over()
-    assert unknown.waited  # where the kernel does not say: the handlers' own time, as before
+    assert batch(pace, 0.002, on_cpu=0.0002)  # 7.8 ms blocked: more workers would run more at once
+    assert not batch(pace, 0.002, on_cpu=0.0008, waiting=0.006)  # a loaded machine: 1.2 ms blocked, under 1 a job
+    assert not batch(pace, 0.002, on_cpu=0.0078)  # CPU-bound, however many waits
+    # where the kernel does not say: the handlers' own time, as before
+    assert batch(Pace(500, waits=waits, schedule=lambda: None), 0.002)
 
 
 @pytest.mark.unit
